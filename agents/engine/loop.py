@@ -1,0 +1,727 @@
+"""The agent loop: model -> parse -> validate -> decide -> execute -> observe.
+
+The loop keeps no state of its own between calls: :meth:`Engine.advance` rebuilds
+everything from the :class:`Journal` (the persisted steps) and writes every step
+back through it before acting on it. The model's reply is persisted, with the
+calls it proposes, before any of those calls runs; so a crash never asks the
+model again for a call it already proposed, and a resumed run continues exactly
+where the last committed step left it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from .canonical import call_signature, canonical_hash, dumps
+from .context import (
+    TokenEstimator,
+    build_messages,
+    snapshot,
+)
+from .execution import Executor
+from .model_client import ModelClient, ModelError, ModelReply
+from .policy import decide, render_preview
+from .redaction import Redactor
+from .spec import (
+    FINAL_STEP_STATUSES,
+    CallContext,
+    Decision,
+    Limits,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    StopReason,
+    Toolbox,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Usage,
+    utcnow,
+)
+from .validation import InvalidArguments, parse_arguments, validate_arguments
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """Another worker owns the run now; stop without writing anything more."""
+
+
+class Outcome(StrEnum):
+    FINISHED = "finished"
+    PARKED = "parked"
+
+
+@dataclass
+class Control:
+    """What the journal says at a step boundary."""
+
+    cancelled: bool = False
+
+
+@dataclass
+class RunSnapshot:
+    """Everything persisted that the next step depends on."""
+
+    goal: str
+    system: str
+    model: str
+    steps: list[StepRecord]
+    usage: Usage = field(default_factory=Usage)
+    history: list[dict[str, str]] = field(default_factory=list)
+    inherited_taint: list[str] = field(default_factory=list)
+    active_seconds: float = 0.0
+
+
+class Journal(Protocol):
+    """Persistence of one run. Every write is fenced by the run's lease."""
+
+    task_id: str
+
+    def snapshot(self) -> RunSnapshot: ...
+
+    def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
+        """Persist new steps atomically (seq and rev assigned); return them."""
+        ...
+
+    def update(self, step: StepRecord) -> StepRecord:
+        """Persist a change of one step (rev bumped); return it."""
+        ...
+
+    def control(self) -> Control:
+        """Called at every step boundary; raises LeaseLost when fenced out."""
+        ...
+
+    def active_seconds(self) -> float:
+        """Active (not parked) wall-clock seconds of the run so far."""
+        ...
+
+    def park(self) -> None:
+        """The run waits for humans; release it."""
+        ...
+
+    def finish(
+        self, reason: StopReason, *, answer: str | None, message: str | None
+    ) -> None: ...
+
+    def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
+        """A non-retryable call started before a crash; hand it to an operator."""
+        ...
+
+
+@dataclass
+class Engine:
+    """One agent profile's loop over a toolbox, a model client and limits."""
+
+    model_client: ModelClient
+    toolbox: Toolbox
+    executor: Executor
+    limits: Limits = field(default_factory=Limits)
+    redactor: Redactor = field(default_factory=Redactor)
+    poll_interval_s: float = 0.5
+    #: Runs model calls so a cancel can abandon them; None runs them inline.
+    model_pool: ThreadPoolExecutor | None = None
+    #: Called after each step is persisted (metrics, tests).
+    on_step: Callable[[StepRecord], None] | None = None
+
+    # -- the loop ---------------------------------------------------------------
+
+    def advance(self, journal: Journal) -> Outcome:
+        """Drive the run until it finishes or parks. Safe to call again at any time."""
+        snap = journal.snapshot()
+        steps = list(snap.steps)
+        while True:
+            if journal.control().cancelled:
+                journal.finish(StopReason.CANCELLED, answer=None, message=None)
+                return Outcome.FINISHED
+
+            turn = self._open_turn(steps)
+            runnable = [
+                s for s in turn if s.status in (StepStatus.RUNNING, StepStatus.APPROVED)
+            ]
+            if runnable:
+                self._execute(journal, steps, runnable, snap)
+                continue
+            if any(s.status is StepStatus.WAITING_APPROVAL for s in turn):
+                journal.park()
+                return Outcome.PARKED
+
+            reason = self._stop_reason(journal, steps, snap)
+            if reason is not None:
+                journal.finish(reason, answer=None, message=_STOP_MESSAGES.get(reason))
+                return Outcome.FINISHED
+
+            messages = self._context(journal, steps, snap)
+            estimate = TokenEstimator().raw(messages, self._tools())
+            try:
+                reply = self._call_model(journal, messages, snap.model)
+            except _Cancelled:
+                journal.finish(StopReason.CANCELLED, answer=None, message=None)
+                return Outcome.FINISHED
+            except ModelError as exc:
+                failed = StepRecord(
+                    seq=_next_seq(steps),
+                    kind=StepKind.MODEL_CALL,
+                    status=StepStatus.FAILED,
+                    model=snap.model,
+                    error=str(exc),
+                    error_class=exc.kind,
+                    attempts=[a.as_dict() for a in exc.attempts],
+                    started_at=utcnow(),
+                    finished_at=utcnow(),
+                    detail={"prompt_estimate": estimate},
+                )
+                steps.extend(self._append(journal, [failed]))
+                journal.finish(StopReason.MODEL_ERROR, answer=None, message=str(exc))
+                return Outcome.FINISHED
+
+            planned = self._plan(reply, steps, snap, estimate, journal.task_id)
+            persisted = self._append(journal, planned)
+            steps.extend(persisted)
+            snap.usage = snap.usage + reply.usage
+            if not reply.tool_calls:
+                answer = self.redactor.text(reply.content or "").strip()
+                journal.finish(
+                    StopReason.FINAL_ANSWER,
+                    answer=answer or "(The model returned an empty answer.)",
+                    message=None,
+                )
+                return Outcome.FINISHED
+
+    # -- turns ------------------------------------------------------------------
+
+    @staticmethod
+    def _open_turn(steps: Sequence[StepRecord]) -> list[StepRecord]:
+        """Tool steps of the latest model call that have not reached a final state."""
+        last_model = next(
+            (s for s in reversed(steps) if s.kind is StepKind.MODEL_CALL), None
+        )
+        if last_model is None:
+            return []
+        return [
+            s
+            for s in steps
+            if s.kind is StepKind.TOOL_CALL
+            and s.parent_seq == last_model.seq
+            and s.status not in FINAL_STEP_STATUSES
+        ]
+
+    def _stop_reason(
+        self, journal: Journal, steps: Sequence[StepRecord], snap: RunSnapshot
+    ) -> StopReason | None:
+        limits = self.limits
+        model_calls = [s for s in steps if s.kind is StepKind.MODEL_CALL]
+        if model_calls:
+            flagged = model_calls[-1].detail.get("stop")
+            if flagged:
+                return StopReason(flagged)
+            last = model_calls[-1]
+            if limits.stop_on_approval_expired and any(
+                s.status is StepStatus.EXPIRED
+                for s in steps
+                if s.kind is StepKind.TOOL_CALL and s.parent_seq == last.seq
+            ):
+                return StopReason.APPROVAL_EXPIRED
+        tool_steps = [s for s in steps if s.kind is StepKind.TOOL_CALL]
+        errors = sum(1 for s in tool_steps if s.status is StepStatus.FAILED)
+        if errors >= limits.tool_error_limit:
+            return StopReason.TOOL_ERROR_LIMIT
+        if len(model_calls) >= limits.max_steps:
+            return StopReason.MAX_STEPS
+        if snap.usage.total_tokens >= limits.token_budget:
+            return StopReason.TOKEN_BUDGET
+        if journal.active_seconds() >= limits.time_budget_s:
+            return StopReason.TIME_BUDGET
+        return None
+
+    # -- the model ----------------------------------------------------------------
+
+    def _tools(self) -> list[dict[str, Any]]:
+        return [self.toolbox.specs[n].openai_tool() for n in self.toolbox.names()]
+
+    def _context(
+        self, journal: Journal, steps: list[StepRecord], snap: RunSnapshot
+    ) -> list[dict[str, Any]]:
+        """Build messages; compact older tool results past 80% of the budget."""
+        tools = self._tools()
+        history = list(snap.history)
+        messages = self._messages(steps, snap, history)
+        estimator = TokenEstimator.calibrated(steps)
+        budget = self.limits.context_budget_tokens
+        if estimator.estimate(messages, tools) <= 0.8 * budget:
+            return messages
+        replaced: dict[str, str] = {}
+        already = _replaced_seqs(steps)
+        last_model = max(
+            (s.seq for s in steps if s.kind is StepKind.MODEL_CALL), default=-1
+        )
+        candidates = [
+            s
+            for s in steps
+            if s.kind is StepKind.TOOL_CALL
+            and s.seq not in already
+            and s.status in (StepStatus.SUCCEEDED, StepStatus.CACHED)
+            and s.parent_seq != last_model
+        ]
+        for step in candidates:
+            text = snapshot(step, snap.goal)
+            if len(text) >= len(dumps(step.result)):
+                continue
+            replaced[str(step.seq)] = text
+            trial = steps + [_compaction(replaced, _next_seq(steps))]
+            if estimator.estimate(self._messages(trial, snap, history), tools) <= (
+                0.5 * budget
+            ):
+                break
+        # Older conversation turns go before anything of the current goal.
+        while (
+            history
+            and estimator.estimate(
+                self._messages(
+                    steps + [_compaction(replaced, _next_seq(steps))], snap, history
+                ),
+                tools,
+            )
+            > 0.8 * budget
+        ):
+            history = history[2:]
+        dropped_turns = (len(snap.history) - len(history)) // 2
+        if replaced or dropped_turns:
+            step = _compaction(replaced, _next_seq(steps))
+            step.detail["dropped_history_turns"] = dropped_turns
+            step.detail["estimate_before"] = estimator.estimate(messages, tools)
+            step.detail["budget"] = budget
+            compacted = self._messages(steps + [step], snap, history)
+            step.detail["estimate_after"] = estimator.estimate(compacted, tools)
+            steps.extend(self._append(journal, [step]))
+            snap.history = history
+            return compacted
+        return messages
+
+    def _messages(
+        self,
+        steps: Sequence[StepRecord],
+        snap: RunSnapshot,
+        history: Sequence[Mapping[str, Any]],
+    ) -> list[dict[str, Any]]:
+        return build_messages(
+            system=snap.system,
+            history=history,
+            goal=snap.goal,
+            steps=steps,
+            specs=self.toolbox.specs,
+        )
+
+    def _call_model(
+        self, journal: Journal, messages: list[dict[str, Any]], model: str
+    ) -> ModelReply:
+        tools = self._tools()
+        if self.model_pool is None:
+            return self.model_client.complete(
+                messages=messages, tools=tools, model=model
+            )
+        future: Future[ModelReply] = self.model_pool.submit(
+            self.model_client.complete, messages=messages, tools=tools, model=model
+        )
+        while True:
+            try:
+                return future.result(timeout=self.poll_interval_s)
+            except TimeoutError:
+                if journal.control().cancelled:
+                    # Abandon the in-flight call: its answer is never read.
+                    future.cancel()
+                    raise _Cancelled() from None
+
+    # -- planning -----------------------------------------------------------------
+
+    def _plan(
+        self,
+        reply: ModelReply,
+        steps: Sequence[StepRecord],
+        snap: RunSnapshot,
+        estimate: float,
+        task_id: str,
+    ) -> list[StepRecord]:
+        """The model_call step and one step per proposed call, decided up front.
+
+        Seqs are assigned here, at planning time: the calls of one turn get
+        consecutive seqs after their model call, then any notes.
+        """
+        now = utcnow()
+        base = _next_seq(steps)
+        model_step = StepRecord(
+            seq=base,
+            kind=StepKind.MODEL_CALL,
+            status=StepStatus.SUCCEEDED,
+            model=reply.model,
+            request_id=reply.request_id,
+            response=self.redactor.data(reply.message),
+            usage=reply.usage.as_dict(),
+            attempts=[a.as_dict() for a in reply.attempts],
+            started_at=_ago(now, reply.latency_ms),
+            finished_at=now,
+            detail={
+                "prompt_estimate": round(estimate, 1),
+                "finish_reason": reply.finish_reason,
+            },
+        )
+        planned: list[StepRecord] = [model_step]
+        notes: list[StepRecord] = []
+        tool_steps = [s for s in steps if s.kind is StepKind.TOOL_CALL]
+        taint = self._taint(steps, snap)
+        successes = {
+            s.detail["signature"]: s
+            for s in tool_steps
+            if s.status in (StepStatus.SUCCEEDED, StepStatus.CACHED)
+            and "signature" in s.detail
+        }
+        repeats: dict[str, int] = {}
+        for s in tool_steps:
+            if s.status is StepStatus.DEDUPLICATED and "signature" in s.detail:
+                repeats[s.detail["signature"]] = (
+                    repeats.get(s.detail["signature"], 0) + 1
+                )
+        count = len(tool_steps)
+        for call in reply.tool_calls:
+            step = self._plan_call(call, steps + planned[1:], taint)
+            step.seq = base + 1 + call.index
+            step.parent_seq = base
+            step.idempotency_key = f"{task_id}:{base}:{call.index}"
+            count += 1
+            signature = step.detail.get("signature")
+            if count > self.limits.max_tool_calls and step.status is StepStatus.RUNNING:
+                step.status = StepStatus.SKIPPED
+                step.error = (
+                    f"Tool call limit reached ({self.limits.max_tool_calls} per task)."
+                )
+                step.error_class = "max_tool_calls"
+                model_step.detail["stop"] = StopReason.MAX_TOOL_CALLS.value
+            elif (
+                signature
+                and signature in successes
+                and step.status
+                in (
+                    StepStatus.RUNNING,
+                    StepStatus.WAITING_APPROVAL,
+                )
+            ):
+                earlier = successes[signature]
+                if repeats.get(signature, 0) >= 1:
+                    step.status = StepStatus.SKIPPED
+                    step.error = "The same call was repeated again; the task stops."
+                    step.error_class = "repeated_call"
+                    model_step.detail["stop"] = StopReason.REPEATED_CALL.value
+                else:
+                    repeats[signature] = repeats.get(signature, 0) + 1
+                    step.status = StepStatus.DEDUPLICATED
+                    step.result = earlier.result
+                    step.detail.pop("approval", None)
+                    step.detail["same_as_seq"] = earlier.seq
+                    step.finished_at = now
+                    notes.append(
+                        StepRecord(
+                            seq=base + 1 + len(reply.tool_calls) + len(notes),
+                            kind=StepKind.NOTE,
+                            status=StepStatus.SUCCEEDED,
+                            detail={
+                                "text": (
+                                    f"You already called {call.name} with these "
+                                    f"arguments (step {earlier.seq}); this is the "
+                                    "same result. Change your plan or answer now."
+                                ),
+                                "attach_to": step.seq,
+                                "reason": "repeated_call",
+                            },
+                            started_at=now,
+                            finished_at=now,
+                        )
+                    )
+            elif step.status is StepStatus.RUNNING and self._circuit_open(
+                step.tool or "", steps + planned[1:]
+            ):
+                step.status = StepStatus.SKIPPED
+                step.error = (
+                    f"{step.tool} failed {self.limits.consecutive_failure_limit} times "
+                    "in a row and is unavailable for this task. Use another tool or "
+                    "answer with what you have."
+                )
+                step.error_class = "circuit_open"
+            planned.append(step)
+        return planned + notes
+
+    def _plan_call(
+        self, call: ToolCall, steps: Sequence[StepRecord], taint: list[str]
+    ) -> StepRecord:
+        step = StepRecord(
+            seq=0,
+            kind=StepKind.TOOL_CALL,
+            status=StepStatus.RUNNING,
+            tool=call.name,
+            call_id=call.call_id,
+            call_index=call.index,
+            raw_arguments=self.redactor.text(call.raw_arguments),
+        )
+        spec = self.toolbox.specs.get(call.name)
+        if spec is None:
+            step.status = StepStatus.FAILED
+            step.error = (
+                f"Unknown tool '{call.name}'. Available tools: "
+                + ", ".join(self.toolbox.names())
+                + "."
+            )
+            step.error_class = "unknown_tool"
+            return step
+        step.tool_version = spec.version
+        try:
+            arguments = parse_arguments(call.raw_arguments)
+            validate_arguments(spec.parameters, arguments)
+        except InvalidArguments as exc:
+            step.status = StepStatus.FAILED
+            step.error = str(exc)
+            step.error_class = exc.error_class
+            return step
+        # What is persisted, shown to an approver, hashed and run is one object.
+        arguments = self.redactor.data(arguments)
+        step.arguments = arguments
+        step.detail["signature"] = call_signature(spec.name, arguments)
+        policy = decide(spec, arguments, tainted_by=taint)
+        step.tainted_by = list(policy.tainted_by) or (
+            list(taint) if spec.risk.value != "read_only" else []
+        )
+        if policy.decision is Decision.APPROVE:
+            step.status = StepStatus.WAITING_APPROVAL
+            step.detail["approval"] = {
+                "reasons": list(policy.reasons),
+                "preview": self.redactor.text(render_preview(spec, arguments)),
+                "args_hash": canonical_hash(arguments),
+                "approvals_required": spec.approvals_required,
+                "ttl_s": spec.approval_ttl_s,
+                "risk": spec.risk.value,
+                "tainted_by": list(policy.tainted_by),
+            }
+        elif policy.decision is Decision.DENY:
+            step.status = StepStatus.DENIED
+            step.error = "Policy refused this call: " + "; ".join(policy.reasons)
+            step.error_class = "denied"
+        return step
+
+    def _circuit_open(self, tool: str, steps: Sequence[StepRecord]) -> bool:
+        streak = 0
+        for step in steps:
+            if step.kind is not StepKind.TOOL_CALL or step.tool != tool:
+                continue
+            if step.status is StepStatus.FAILED and step.error_class not in (
+                "invalid_json",
+                "invalid_arguments",
+                "unknown_tool",
+            ):
+                streak += 1
+            elif step.status in (StepStatus.SUCCEEDED, StepStatus.CACHED):
+                streak = 0
+        return streak >= self.limits.consecutive_failure_limit
+
+    def _taint(self, steps: Sequence[StepRecord], snap: RunSnapshot) -> list[str]:
+        sources = list(snap.inherited_taint)
+        for step in steps:
+            if step.kind is StepKind.TOOL_CALL and step.detail.get("untrusted"):
+                label = f"{step.tool}#{step.seq}"
+                if label not in sources:
+                    sources.append(label)
+        return sources
+
+    def _append(self, journal: Journal, steps: list[StepRecord]) -> list[StepRecord]:
+        persisted = journal.append(steps)
+        if self.on_step is not None:
+            for step in persisted:
+                self.on_step(step)
+        return persisted
+
+    # -- execution ----------------------------------------------------------------
+
+    def _execute(
+        self,
+        journal: Journal,
+        steps: list[StepRecord],
+        runnable: list[StepRecord],
+        snap: RunSnapshot,
+    ) -> None:
+        """Run the turn's executable calls: reads concurrently, writes in order."""
+        reads: list[StepRecord] = []
+        writes: list[StepRecord] = []
+        for step in sorted(runnable, key=lambda s: s.call_index or 0):
+            spec = self.toolbox.specs.get(step.tool or "")
+            if spec is None:
+                self._record(
+                    journal,
+                    steps,
+                    step.copy(
+                        status=StepStatus.FAILED,
+                        error=f"Tool '{step.tool}' is no longer available.",
+                        error_class="unknown_tool",
+                        finished_at=utcnow(),
+                    ),
+                )
+                continue
+            if step.status is StepStatus.RUNNING and step.started_at is not None:
+                # Started before a crash; its outcome is unknown.
+                if not spec.retry_safe:
+                    updated = journal.outcome_unknown(step, spec)
+                    _replace(steps, updated)
+                    continue
+            if step.status is StepStatus.APPROVED:
+                approved_hash = step.detail.get("approved_hash")
+                if approved_hash != canonical_hash(step.arguments):
+                    self._record(
+                        journal,
+                        steps,
+                        step.copy(
+                            status=StepStatus.FAILED,
+                            error="The arguments differ from the approved ones; "
+                            "refused to run.",
+                            error_class="approval_mismatch",
+                            finished_at=utcnow(),
+                        ),
+                    )
+                    continue
+            (reads if spec.risk.value == "read_only" else writes).append(step)
+
+        started = [self._start(journal, steps, s) for s in reads]
+        if len(started) > 1 and self.limits.parallel_tool_calls > 1:
+            workers = min(self.limits.parallel_tool_calls, len(started))
+            with ThreadPoolExecutor(workers, thread_name_prefix="call") as pool:
+                futures = {pool.submit(self._run_one, s): s for s in started}
+                for future in as_completed(futures):
+                    self._record(journal, steps, future.result())
+        else:
+            for step in started:
+                self._record(journal, steps, self._run_one(step))
+        for step in writes:
+            if journal.control().cancelled:
+                return
+            running = self._start(journal, steps, step)
+            self._record(journal, steps, self._run_one(running))
+
+    def _start(
+        self, journal: Journal, steps: list[StepRecord], step: StepRecord
+    ) -> StepRecord:
+        running = journal.update(
+            step.copy(status=StepStatus.RUNNING, started_at=utcnow())
+        )
+        _replace(steps, running)
+        return running
+
+    def _run_one(self, step: StepRecord) -> StepRecord:
+        spec = self.toolbox.specs[step.tool or ""]
+        handler = self.toolbox.handlers.get(spec.name)
+        if handler is None:
+            return step.copy(
+                status=StepStatus.FAILED,
+                error=f"No handler is registered for '{spec.name}'.",
+                error_class="no_handler",
+                finished_at=utcnow(),
+            )
+        context = CallContext(
+            task_id=(step.idempotency_key or "").split(":", 1)[0],
+            seq=step.seq,
+            idempotency_key=step.idempotency_key or "",
+            tool=spec,
+            deadline=time.monotonic() + spec.timeout_s,
+        )
+        result = self.executor.run(spec, handler, dict(step.arguments or {}), context)
+        return self._finished(step, spec, result)
+
+    def _finished(
+        self, step: StepRecord, spec: ToolSpec, result: ToolResult
+    ) -> StepRecord:
+        from .execution import select_fields
+
+        detail = dict(step.detail)
+        detail["attempt_count"] = len(result.attempts)
+        if result.ok:
+            value = self.redactor.data(select_fields(result.value, spec.result_fields))
+            if spec.untrusted_output:
+                detail["untrusted"] = True
+            return step.copy(
+                status=StepStatus.CACHED if result.cached else StepStatus.SUCCEEDED,
+                result=value,
+                error=None,
+                error_class=None,
+                attempts=[a.as_dict() for a in result.attempts],
+                finished_at=result.finished_at or utcnow(),
+                detail=detail,
+            )
+        return step.copy(
+            status=StepStatus.FAILED,
+            error=self.redactor.text(result.error or "The tool failed."),
+            error_class=result.error_class,
+            attempts=[a.as_dict() for a in result.attempts],
+            finished_at=result.finished_at or utcnow(),
+            detail=detail,
+        )
+
+    def _record(
+        self, journal: Journal, steps: list[StepRecord], step: StepRecord
+    ) -> None:
+        updated = journal.update(step)
+        _replace(steps, updated)
+        if self.on_step is not None:
+            self.on_step(updated)
+
+
+class _Cancelled(Exception):
+    pass
+
+
+_STOP_MESSAGES = {
+    StopReason.MAX_STEPS: "Stopped: the run reached its limit of model steps.",
+    StopReason.MAX_TOOL_CALLS: "Stopped: the run reached its limit of tool calls.",
+    StopReason.REPEATED_CALL: "Stopped: the model kept repeating the same call.",
+    StopReason.TOOL_ERROR_LIMIT: "Stopped: too many tool errors in this run.",
+    StopReason.TIME_BUDGET: "Stopped: the run used up its time budget.",
+    StopReason.TOKEN_BUDGET: "Stopped: the run used up its token budget.",
+    StopReason.APPROVAL_EXPIRED: "Stopped: an approval expired before anyone decided.",
+}
+
+
+def _compaction(replaced: Mapping[str, str], seq: int) -> StepRecord:
+    now = utcnow()
+    return StepRecord(
+        seq=seq,
+        kind=StepKind.COMPACTION,
+        status=StepStatus.SUCCEEDED,
+        detail={"replaced": dict(replaced)},
+        started_at=now,
+        finished_at=now,
+    )
+
+
+def _replaced_seqs(steps: Sequence[StepRecord]) -> set[int]:
+    seqs: set[int] = set()
+    for step in steps:
+        if step.kind is StepKind.COMPACTION:
+            seqs.update(int(s) for s in step.detail.get("replaced", {}))
+    return seqs
+
+
+def _replace(steps: list[StepRecord], updated: StepRecord) -> None:
+    for index, step in enumerate(steps):
+        if step.seq == updated.seq:
+            steps[index] = updated
+            return
+    steps.append(updated)
+
+
+def _ago(now: Any, latency_ms: float) -> Any:
+    import datetime as dt
+
+    return now - dt.timedelta(milliseconds=latency_ms)
+
+
+def _next_seq(steps: Sequence[StepRecord]) -> int:
+    return max((s.seq for s in steps), default=0) + 1

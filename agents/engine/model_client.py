@@ -1,0 +1,276 @@
+"""The model client: any OpenAI-compatible chat-completions endpoint.
+
+One small interface (:class:`ModelClient`) with one real implementation over the
+official ``openai`` SDK. Every call has explicit timeouts; 429, 5xx, timeouts and
+connection failures are retried here with exponential backoff and jitter, each try
+recorded as an attempt, so the SDK's own retries are off.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .spec import Attempt, ToolCall, Usage, utcnow
+
+
+class ModelError(Exception):
+    """The model endpoint failed for good; the message is for the user."""
+
+    def __init__(self, message: str, *, kind: str, attempts: list[Attempt]) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.attempts = attempts
+
+
+@dataclass
+class ModelReply:
+    """One chat-completions answer, as the engine records it."""
+
+    message: dict[str, Any]
+    content: str | None
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    usage: Usage
+    request_id: str | None
+    model: str
+    latency_ms: float
+    attempts: list[Attempt] = field(default_factory=list)
+
+
+class ModelClient(Protocol):
+    def complete(
+        self,
+        *,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        model: str,
+    ) -> ModelReply: ...
+
+
+def parse_message(message: dict[str, Any]) -> tuple[str | None, list[ToolCall]]:
+    """Content and tool calls of an assistant message (as the API returns it)."""
+    content = message.get("content")
+    calls: list[ToolCall] = []
+    for index, raw in enumerate(message.get("tool_calls") or []):
+        function = raw.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(
+            ToolCall(
+                call_id=str(raw.get("id") or f"call_{index}"),
+                name=str(function.get("name") or ""),
+                raw_arguments=arguments,
+                index=index,
+            )
+        )
+    return content, calls
+
+
+def normalise_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message as it is sent back to the model on later turns."""
+    out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    tool_calls = []
+    for index, raw in enumerate(message.get("tool_calls") or []):
+        function = raw.get("function") or {}
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        tool_calls.append(
+            {
+                "id": str(raw.get("id") or f"call_{index}"),
+                "type": "function",
+                "function": {
+                    "name": function.get("name") or "",
+                    "arguments": arguments,
+                },
+            }
+        )
+    if tool_calls:
+        out["tool_calls"] = tool_calls
+    return out
+
+
+class OpenAIModelClient:
+    """:class:`ModelClient` over the ``openai`` SDK."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        timeout_s: float = 120.0,
+        connect_timeout_s: float = 5.0,
+        max_retries: int = 3,
+        max_connections: int = 100,
+        temperature: float | None = 0.0,
+        backoff_base_s: float = 0.5,
+        backoff_cap_s: float = 8.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        import httpx2
+        import openai
+
+        self._openai = openai
+        self.base_url = base_url
+        self.max_retries = max_retries
+        self.temperature = temperature
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        self.sleep = sleep
+        timeout = httpx2.Timeout(timeout_s, connect=connect_timeout_s)
+        # Size the pool to the worker's concurrency: the default queues past 100.
+        http_client = openai.DefaultHttpx2Client(
+            timeout=timeout,
+            limits=httpx2.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
+            ),
+            trust_env=False,
+        )
+        self._client = openai.OpenAI(
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_retries=0,
+            http_client=http_client,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def list_models(self) -> list[str]:
+        """``GET /models``: the health check that never asks the model anything."""
+        return [m.id for m in self._client.models.list()]
+
+    def complete(
+        self,
+        *,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        model: str,
+    ) -> ModelReply:
+        openai = self._openai
+        kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
+        if tools:
+            kwargs["tools"] = list(tools)
+            # Some servers drop tools unless tool_choice is explicit (LOCAL_MODEL.md).
+            kwargs["tool_choice"] = "auto"
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
+        attempts: list[Attempt] = []
+        t_start = time.monotonic()
+        for number in range(1, self.max_retries + 2):
+            started_at = utcnow().isoformat()
+            t0 = time.monotonic()
+            retry_after: float | None = None
+            try:
+                completion = self._client.chat.completions.create(**kwargs)
+            except openai.APITimeoutError:
+                kind, message, retryable = (
+                    "timeout",
+                    "The model did not answer in time.",
+                    True,
+                )
+            except openai.APIConnectionError as exc:
+                kind, message, retryable = (
+                    "connection",
+                    f"Cannot reach the model server at {self.base_url} ({exc}).",
+                    True,
+                )
+            except openai.RateLimitError as exc:
+                kind, message, retryable = (
+                    "rate_limited",
+                    "The model server is rate limiting requests (429).",
+                    True,
+                )
+                retry_after = _retry_after(exc)
+            except openai.APIStatusError as exc:
+                retryable = exc.status_code >= 500
+                kind = "server" if retryable else "bad_request"
+                message = (
+                    f"The model server answered {exc.status_code}: "
+                    f"{_short(str(exc.message))}"
+                )
+            else:
+                elapsed = (time.monotonic() - t0) * 1000
+                attempts.append(Attempt(number, started_at, elapsed))
+                return self._reply(completion, model, t_start, attempts)
+            attempts.append(
+                Attempt(
+                    number, started_at, (time.monotonic() - t0) * 1000, message, kind
+                )
+            )
+            if not retryable or number > self.max_retries:
+                raise ModelError(
+                    _actionable(kind, message, model, self.base_url),
+                    kind=kind,
+                    attempts=attempts,
+                )
+            delay = min(self.backoff_cap_s, self.backoff_base_s * 2 ** (number - 1))
+            delay *= 0.5 + random.random() / 2
+            if retry_after is not None:
+                delay = max(delay, min(retry_after, self.backoff_cap_s))
+            self.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _reply(
+        self, completion: Any, model: str, t_start: float, attempts: list[Attempt]
+    ) -> ModelReply:
+        if not completion.choices:
+            raise ModelError(
+                "The model server returned no choices.",
+                kind="bad_response",
+                attempts=attempts,
+            )
+        choice = completion.choices[0]
+        raw = choice.message.model_dump(exclude_none=True)
+        message = normalise_message(raw)
+        content, calls = parse_message(message)
+        usage = Usage.from_dict(
+            completion.usage.model_dump() if completion.usage is not None else None
+        )
+        request_id = getattr(completion, "_request_id", None) or completion.id
+        return ModelReply(
+            message=message,
+            content=content,
+            tool_calls=calls,
+            finish_reason=choice.finish_reason,
+            usage=usage,
+            request_id=request_id or f"local-{uuid.uuid4().hex[:12]}",
+            model=completion.model or model,
+            latency_ms=(time.monotonic() - t_start) * 1000,
+            attempts=attempts,
+        )
+
+
+def _retry_after(exc: Any) -> float | None:
+    try:
+        value = exc.response.headers.get("retry-after")
+        return float(value) if value is not None else None
+    except (AttributeError, ValueError):
+        return None
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _actionable(kind: str, message: str, model: str, base_url: str) -> str:
+    hints = {
+        "connection": "Check that the model server is running and that "
+        "OPENAI_BASE_URL points at it.",
+        "timeout": "The server may be overloaded; try again, or raise "
+        "REACH_MODEL_TIMEOUT_S.",
+        "rate_limited": "Wait a minute and try again, or raise the endpoint's quota.",
+        "server": "The model server failed; check its logs and try again.",
+        "bad_request": f"Check that the model '{model}' exists on {base_url} and "
+        "that OPENAI_API_KEY is right.",
+    }
+    return f"{message} {hints.get(kind, '')}".strip()

@@ -1,0 +1,789 @@
+"""Qwen2.5 ChatML tool calling for OpenAI-style chat requests, in pure Python.
+
+This module knows nothing about llama.cpp: it renders OpenAI chat messages and tool
+definitions into the prompt Qwen2.5-Coder-Instruct was trained on (its native
+``<tools>`` / ``<tool_call>`` / ``<tool_response>`` conventions), builds a GBNF grammar
+that lets the model answer either in plain text or with one or more tool calls whose
+arguments follow each tool's JSON schema, and parses the generated text back into an
+OpenAI ``chat.completion`` dict.
+
+The prompt is returned as segments: template text, which may hold control tokens such
+as ``<|im_start|>``, and content (messages, tool results, tool definitions), which the
+handler tokenizes without special tokens so a tool result cannot forge a turn.
+Nothing is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+END_OF_TEXT = "<|endoftext|>"
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+TOOL_RESPONSE_OPEN = "<tool_response>"
+TOOL_RESPONSE_CLOSE = "</tool_response>"
+STOP_STRINGS: tuple[str, ...] = (IM_END, END_OF_TEXT)
+
+DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+MAX_TOOL_CALLS = 8
+
+# Qwen2.5's own chat template words for the tools section, kept verbatim: the model
+# was trained on exactly this text.
+TOOLS_HEADER = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query."
+    "\n\nYou are provided with function signatures within <tools></tools> XML tags:"
+    "\n<tools>"
+)
+TOOLS_FOOTER = (
+    "\n</tools>\n\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+JSON_RULES: dict[str, str] = {
+    "json-char": r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+    "json-string": r'"\"" json-char* "\""',
+    "json-integer": r'"-"? ([0-9] | [1-9] [0-9]{1,15})',
+    "json-number": (
+        r'"-"? ([0-9] | [1-9] [0-9]{1,15}) ("." [0-9]{1,16})? '
+        r"([eE] [-+]? [0-9]{1,3})?"
+    ),
+    "json-boolean": r'"true" | "false"',
+    "json-null": r'"null"',
+    "json-object": (
+        r'"{" (json-string ": " json-value (", " json-string ": " json-value)*)? "}"'
+    ),
+    "json-array": r'"[" (json-value (", " json-value)*)? "]"',
+    "json-value": (
+        "json-object | json-array | json-string | json-number | json-boolean"
+        " | json-null"
+    ),
+}
+
+_TYPE_RULES = {
+    "string": "json-string",
+    "integer": "json-integer",
+    "number": "json-number",
+    "boolean": "json-boolean",
+    "null": "json-null",
+}
+
+
+class Segment(NamedTuple):
+    """A piece of the prompt.
+
+    ``special`` is true for template text, which is tokenized with control tokens
+    (``<|im_start|>``...); content segments are tokenized as plain text.
+    """
+
+    text: str
+    special: bool
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """The resolved ``tool_choice``: mode ``none``, ``auto``, ``required`` or
+    ``function`` (then ``name`` is the one tool the model must call)."""
+
+    mode: str
+    name: str | None = None
+
+
+@dataclass
+class RequestPlan:
+    """Everything the handler needs to run one chat request through the model."""
+
+    segments: list[Segment]
+    grammar: str | None
+    tool_names: list[str]
+    tool_choice: ToolChoice
+
+    @property
+    def prompt(self) -> str:
+        """The prompt as one string (for logs and tests)."""
+        return prompt_text(self.segments)
+
+
+@dataclass
+class ParsedReply:
+    """The model's output split into text content and OpenAI tool calls."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- input
+
+
+def content_text(content: Any) -> str:
+    """Return a message's ``content`` as text (string, ``None`` or a parts list)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, Mapping):
+                if part.get("type", "text") == "text":
+                    texts.append(str(part.get("text", "")))
+                else:
+                    texts.append(f"[{part.get('type')}]")
+            else:
+                texts.append(str(part))
+        return "".join(texts)
+    return json.dumps(content, ensure_ascii=False)
+
+
+def normalize_tools(
+    tools: Sequence[Mapping[str, Any]] | None,
+    functions: Sequence[Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """Return the function tools in OpenAI ``{"type": "function", "function": ...}``
+    form, accepting the legacy ``functions`` list too."""
+    result: list[dict[str, Any]] = []
+    for tool in tools or ():
+        function = tool.get("function")
+        if tool.get("type", "function") == "function" and isinstance(function, Mapping):
+            result.append({"type": "function", "function": dict(function)})
+    for function in functions or ():
+        result.append({"type": "function", "function": dict(function)})
+    return result
+
+
+def resolve_tool_choice(
+    tools: Sequence[Mapping[str, Any]],
+    tool_choice: Any = None,
+    function_call: Any = None,
+) -> ToolChoice:
+    """Resolve OpenAI's ``tool_choice`` (or legacy ``function_call``).
+
+    Unlike llama-cpp-python's stock handler, a request with tools and no
+    ``tool_choice`` means ``auto``, as in the OpenAI API.
+    """
+    if tool_choice is None and function_call is not None:
+        tool_choice = function_call
+    if not tools:
+        return ToolChoice("none")
+    if tool_choice is None:
+        return ToolChoice("auto")
+    if isinstance(tool_choice, str):
+        if tool_choice in ("none", "auto", "required"):
+            return ToolChoice(tool_choice)
+        raise ValueError(f"unsupported tool_choice {tool_choice!r}")
+    if isinstance(tool_choice, Mapping):
+        function = tool_choice.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        name = name or tool_choice.get("name")
+        if not name:
+            return ToolChoice("auto")
+        if name not in {tool["function"]["name"] for tool in tools}:
+            raise ValueError(f"tool_choice names unknown tool {name!r}")
+        return ToolChoice("function", str(name))
+    raise ValueError(f"unsupported tool_choice {tool_choice!r}")
+
+
+# ------------------------------------------------------------------------ rendering
+
+
+def _tool_call_json(call: Mapping[str, Any]) -> str:
+    function = call.get("function", call)
+    name = str(function.get("name", ""))
+    raw = function.get("arguments", "{}")
+    arguments: Any = raw
+    if isinstance(raw, str):
+        try:
+            arguments = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            arguments = raw
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
+def render_prompt(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    add_generation_prompt: bool = True,
+) -> list[Segment]:
+    """Render OpenAI chat messages (and tools) as Qwen2.5 ChatML prompt segments.
+
+    Follows Qwen2.5's chat template: tools are listed in the system turn, assistant
+    tool calls are ``<tool_call>`` blocks, and consecutive ``tool`` messages become one
+    user turn of ``<tool_response>`` blocks.
+    """
+    segments: list[Segment] = []
+
+    def template(text: str) -> None:
+        segments.append(Segment(text, True))
+
+    def content(text: str) -> None:
+        if text:
+            segments.append(Segment(text, False))
+
+    rest = list(messages)
+    system = DEFAULT_SYSTEM
+    if rest and rest[0].get("role") in ("system", "developer"):
+        system = content_text(rest.pop(0).get("content"))
+    template(f"{IM_START}system\n")
+    content(system)
+    if tools:
+        template(TOOLS_HEADER)
+        for tool in tools:
+            template("\n")
+            content(json.dumps(tool, ensure_ascii=False))
+        template(TOOLS_FOOTER)
+    template(f"{IM_END}\n")
+
+    index = 0
+    while index < len(rest):
+        message = rest[index]
+        role = message.get("role")
+        if role in ("user", "system", "developer"):
+            turn = "user" if role == "user" else "system"
+            template(f"{IM_START}{turn}\n")
+            content(content_text(message.get("content")))
+            template(f"{IM_END}\n")
+        elif role == "assistant":
+            template(f"{IM_START}assistant\n")
+            text = content_text(message.get("content"))
+            content(text)
+            calls = list(message.get("tool_calls") or ())
+            if not calls and message.get("function_call"):
+                calls = [{"function": message["function_call"]}]
+            for number, call in enumerate(calls):
+                if text or number:
+                    template("\n")
+                template(f"{TOOL_CALL_OPEN}\n")
+                content(_tool_call_json(call))
+                template(f"\n{TOOL_CALL_CLOSE}")
+            template(f"{IM_END}\n")
+        elif role in ("tool", "function"):
+            template(f"{IM_START}user")
+            while index < len(rest) and rest[index].get("role") in ("tool", "function"):
+                template(f"\n{TOOL_RESPONSE_OPEN}\n")
+                content(content_text(rest[index].get("content")))
+                template(f"\n{TOOL_RESPONSE_CLOSE}")
+                index += 1
+            template(f"{IM_END}\n")
+            continue
+        else:
+            raise ValueError(f"unsupported message role {role!r}")
+        index += 1
+    if add_generation_prompt:
+        template(f"{IM_START}assistant\n")
+    return segments
+
+
+def prompt_text(segments: Sequence[Segment]) -> str:
+    """Join prompt segments into one string."""
+    return "".join(segment.text for segment in segments)
+
+
+# -------------------------------------------------------------------------- grammar
+
+
+def gbnf_literal(text: str) -> str:
+    """Quote ``text`` as a GBNF string literal."""
+    out: list[str] = []
+    for char in text:
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\r":
+            out.append("\\r")
+        elif char == "\t":
+            out.append("\\t")
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\x{ord(char):02X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _class_chars(chars: Sequence[str]) -> str:
+    out: list[str] = []
+    for char in chars:
+        if char in "\\]^-[":
+            out.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\x{ord(char):02X}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+class Grammar:
+    """A GBNF grammar under construction: named rules, ``root`` first."""
+
+    def __init__(self) -> None:
+        self.rules: dict[str, str] = {}
+        self.reserved: set[str] = set()
+
+    def add(self, name: str, body: str) -> str:
+        """Add a rule (a fresh name when ``name`` is taken by another body)."""
+        base = re.sub(r"[^A-Za-z0-9-]+", "-", name).strip("-") or "rule"
+        candidate, number = base, 1
+        while candidate in self.rules and self.rules[candidate] != body:
+            if candidate in self.reserved:
+                self.reserved.discard(candidate)
+                break
+            number += 1
+            candidate = f"{base}{number}"
+        self.rules[candidate] = body
+        return candidate
+
+    def reserve(self, name: str) -> str:
+        """Reserve a rule name to be defined later (for recursive ``$ref``s); the
+        first ``add`` under that name takes it."""
+        reserved = self.add(name, "")
+        self.reserved.add(reserved)
+        return reserved
+
+    def define(self, name: str, body: str) -> None:
+        """Give a reserved rule its body."""
+        self.rules[name] = body
+
+    def use_json(self) -> None:
+        """Add the generic JSON rules."""
+        for name, body in JSON_RULES.items():
+            self.rules.setdefault(name, body)
+
+    def render(self) -> str:
+        """The grammar text, ``root`` first."""
+        names = sorted(self.rules, key=lambda name: name != "root")
+        return "".join(f"{name} ::= {self.rules[name]}\n" for name in names)
+
+
+class SchemaConverter:
+    """Translate a JSON schema into GBNF rules emitting compact JSON.
+
+    Supports the subset tool parameters use: ``type`` (or a list of types),
+    ``properties``/``required`` (keys in declared order, optional ones may be left
+    out), ``items`` with ``minItems``/``maxItems``, ``enum``, ``const``, ``anyOf``/
+    ``oneOf``, ``allOf`` of objects, local ``$ref``s and string ``minLength``/
+    ``maxLength``. Anything else accepts any JSON value of the stated type.
+    """
+
+    def __init__(self, grammar: Grammar, root_schema: Any) -> None:
+        self.grammar = grammar
+        self.defs: dict[str, Any] = {}
+        self.refs: dict[str, str] = {}
+        if isinstance(root_schema, Mapping):
+            for key in ("definitions", "$defs"):
+                if isinstance(root_schema.get(key), Mapping):
+                    self.defs.update(root_schema[key])
+
+    def _primitive(self, rule: str) -> str:
+        self.grammar.use_json()
+        return rule
+
+    def visit(self, schema: Any, name: str) -> str:
+        """Return a GBNF expression for ``schema``; ``name`` prefixes new rules."""
+        if not isinstance(schema, Mapping) or not schema:
+            return self._primitive("json-value")
+        if "$ref" in schema:
+            return self._ref(str(schema["$ref"]))
+        if "const" in schema:
+            return gbnf_literal(json.dumps(schema["const"], ensure_ascii=False))
+        if isinstance(schema.get("enum"), list) and schema["enum"]:
+            literals = [
+                gbnf_literal(json.dumps(value, ensure_ascii=False))
+                for value in schema["enum"]
+            ]
+            return "(" + " | ".join(literals) + ")"
+        for key in ("anyOf", "oneOf"):
+            if isinstance(schema.get(key), list) and schema[key]:
+                options = [
+                    self.visit(option, f"{name}-{number}")
+                    for number, option in enumerate(schema[key])
+                ]
+                return "(" + " | ".join(options) + ")"
+        if isinstance(schema.get("allOf"), list):
+            return self.visit(self._merge_all_of(schema), name)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            if not kind:
+                return self._primitive("json-value")
+            options = [
+                self.visit({**schema, "type": item}, f"{name}-{item}") for item in kind
+            ]
+            return "(" + " | ".join(options) + ")"
+        if kind == "object" or (kind is None and "properties" in schema):
+            return self._object(schema, name)
+        if kind == "array" or (kind is None and "items" in schema):
+            return self._array(schema, name)
+        if kind == "string":
+            return self._string(schema, name)
+        if kind in _TYPE_RULES:
+            return self._primitive(_TYPE_RULES[kind])
+        return self._primitive("json-value")
+
+    def _ref(self, ref: str) -> str:
+        if ref in self.refs:
+            return self.refs[ref]
+        match = re.fullmatch(r"#/(?:\$defs|definitions)/(.+)", ref)
+        if not match or match.group(1) not in self.defs:
+            return self._primitive("json-value")
+        rule = self.grammar.reserve(f"ref-{match.group(1)}")
+        self.refs[ref] = rule
+        expression = self.visit(self.defs[match.group(1)], rule)
+        if expression != rule:
+            self.grammar.reserved.discard(rule)
+            self.grammar.define(rule, expression)
+        return rule
+
+    def _resolve(self, schema: Any) -> Any:
+        if isinstance(schema, Mapping) and "$ref" in schema:
+            match = re.fullmatch(r"#/(?:\$defs|definitions)/(.+)", str(schema["$ref"]))
+            if match and match.group(1) in self.defs:
+                return self.defs[match.group(1)]
+        return schema
+
+    def _merge_all_of(self, schema: Mapping[str, Any]) -> dict[str, Any]:
+        merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+        properties: dict[str, Any] = dict(merged.get("properties") or {})
+        required: list[str] = list(merged.get("required") or [])
+        for part in schema["allOf"]:
+            part = self._resolve(part)
+            if not isinstance(part, Mapping):
+                continue
+            properties.update(part.get("properties") or {})
+            required.extend(part.get("required") or [])
+            for key, value in part.items():
+                if key not in ("properties", "required"):
+                    merged.setdefault(key, value)
+        if properties:
+            merged["properties"] = properties
+            merged.setdefault("type", "object")
+        if required:
+            merged["required"] = list(dict.fromkeys(required))
+        return merged
+
+    def _object(self, schema: Mapping[str, Any], name: str) -> str:
+        properties = schema.get("properties")
+        if not isinstance(properties, Mapping) or not properties:
+            if schema.get("additionalProperties") is False or "properties" in schema:
+                return gbnf_literal("{}")
+            return self._primitive("json-object")
+        required = set(schema.get("required") or ())
+        keys = list(properties)
+        pairs = [
+            gbnf_literal(json.dumps(key, ensure_ascii=False) + ": ")
+            + " "
+            + self.visit(properties[key], f"{name}-{key}")
+            for key in keys
+        ]
+
+        def tail(start: int) -> str:
+            items = []
+            for index in range(start, len(keys)):
+                item = f'", " {pairs[index]}'
+                items.append(item if keys[index] in required else f"({item})?")
+            return " ".join(items)
+
+        # The first pair written is any key up to and including the first required
+        # one; every later pair is preceded by ", ".
+        firsts: list[str] = []
+        for index, key in enumerate(keys):
+            firsts.append(f"{pairs[index]} {tail(index + 1)}".strip())
+            if key in required:
+                break
+        body = "(" + " | ".join(firsts) + ")"
+        if not required & set(keys):
+            body += "?"
+        return self.grammar.add(name, f'"{{" {body} "}}"')
+
+    def _array(self, schema: Mapping[str, Any], name: str) -> str:
+        item = self.visit(schema.get("items"), f"{name}-item")
+        low = int(schema.get("minItems") or 0)
+        high = schema.get("maxItems")
+        high = None if high is None else int(high)
+        if high is not None and high <= 0:
+            return gbnf_literal("[]")
+        more_low = max(low - 1, 0)
+        more_high = "" if high is None else str(high - 1)
+        body = f'{item} (", " {item}){{{more_low},{more_high}}}'
+        if low == 0:
+            body = f"({body})?"
+        return self.grammar.add(name, f'"[" {body} "]"')
+
+    def _string(self, schema: Mapping[str, Any], name: str) -> str:
+        low = schema.get("minLength")
+        high = schema.get("maxLength")
+        if low is None and high is None:
+            return self._primitive("json-string")
+        self.grammar.use_json()
+        bound = f"{{{int(low or 0)},{'' if high is None else int(high)}}}"
+        return self.grammar.add(f"{name}-string", f'"\\"" json-char{bound} "\\""')
+
+
+def _excluding_rules(grammar: Grammar, name: str, forbidden: str) -> str:
+    """Add rules matching non-empty text that never contains ``forbidden``.
+
+    The rules are the states of the substring-matching automaton (as in KMP): state
+    ``k`` means the text ends with the first ``k`` characters of ``forbidden``.
+    """
+    size = len(forbidden)
+    alphabet = sorted(set(forbidden))
+
+    def step(state: int, char: str) -> int:
+        seen = forbidden[:state] + char
+        for length in range(min(len(seen), size), 0, -1):
+            if seen.endswith(forbidden[:length]):
+                return length
+        return 0
+
+    states = [f"{name}-s{state}" for state in range(size)]
+
+    def moves(state: int) -> str:
+        targets: dict[int, list[str]] = {}
+        for char in alphabet:
+            targets.setdefault(step(state, char), []).append(char)
+        leaving = [c for target, chars in targets.items() if target for c in chars]
+        options = [f"[^{_class_chars(leaving)}] {states[0]}"]
+        for target, chars in sorted(targets.items()):
+            if 0 < target < size:
+                options.append(f"[{_class_chars(chars)}] {states[target]}")
+        return " | ".join(options)
+
+    for state in range(size):
+        grammar.define(states[state], f"({moves(state)})?")
+    return grammar.add(name, moves(0))
+
+
+def _tool_call_rules(grammar: Grammar, tools: Sequence[Mapping[str, Any]]) -> str:
+    calls: list[str] = []
+    for tool in tools:
+        function = tool["function"]
+        tool_name = str(function["name"])
+        parameters = function.get("parameters")
+        rule = f"args-{tool_name}"
+        if parameters is None:
+            arguments = gbnf_literal("{}")
+        else:
+            arguments = SchemaConverter(grammar, parameters).visit(parameters, rule)
+        head = gbnf_literal(
+            '{"name": ' + json.dumps(tool_name, ensure_ascii=False) + ', "arguments": '
+        )
+        calls.append(grammar.add(f"call-{tool_name}", f'{head} {arguments} "}}"'))
+    open_ = gbnf_literal(f"{TOOL_CALL_OPEN}\n")
+    close = gbnf_literal(f"\n{TOOL_CALL_CLOSE}")
+    return grammar.add("tool-call", f"{open_} ({' | '.join(calls)}) {close}")
+
+
+def response_format_schema(response_format: Any) -> Any:
+    """The JSON schema a ``response_format`` asks for, or ``None`` for free text."""
+    if not isinstance(response_format, Mapping):
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return response_format.get("schema") or {"type": "object"}
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        return spec.get("schema") or {"type": "object"}
+    return None
+
+
+def build_grammar(
+    tools: Sequence[Mapping[str, Any]],
+    tool_choice: ToolChoice,
+    response_format: Any = None,
+) -> str | None:
+    """Return the GBNF grammar for a request, or ``None`` for unconstrained text.
+
+    With tools and ``auto``, the output is a text answer (never containing
+    ``<tool_call>``), one to ``MAX_TOOL_CALLS`` tool calls, or text followed by tool
+    calls; each call names an offered tool and its arguments follow that tool's
+    schema. ``required`` allows only calls; a named function exactly one call of it.
+    A ``response_format`` JSON schema constrains the text answer.
+    """
+    grammar = Grammar()
+    schema = response_format_schema(response_format)
+    text: str | None = None
+    if schema is not None:
+        text = SchemaConverter(grammar, schema).visit(schema, "answer")
+    if not tools or tool_choice.mode == "none":
+        if text is None:
+            return None
+        grammar.define("root", text)
+        return grammar.render()
+    if tool_choice.mode == "function":
+        chosen = [t for t in tools if t["function"]["name"] == tool_choice.name]
+        grammar.define("root", _tool_call_rules(grammar, chosen))
+        return grammar.render()
+    call = _tool_call_rules(grammar, tools)
+    calls = grammar.add(
+        "tool-calls", f'{call} ("\\n" {call}){{0,{MAX_TOOL_CALLS - 1}}}'
+    )
+    if tool_choice.mode == "required":
+        grammar.define("root", calls)
+        return grammar.render()
+    if text is not None:
+        grammar.define("root", f"{calls} | {text}")
+        return grammar.render()
+    text = _excluding_rules(grammar, "text", TOOL_CALL_OPEN)
+    grammar.define("root", f"{calls} | {text} | {text} {calls}")
+    return grammar.render()
+
+
+def plan_request(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_choice: Any = None,
+    *,
+    functions: Sequence[Mapping[str, Any]] | None = None,
+    function_call: Any = None,
+    response_format: Any = None,
+) -> RequestPlan:
+    """Render the prompt and build the grammar for one chat request."""
+    offered = normalize_tools(tools, functions)
+    choice = resolve_tool_choice(offered, tool_choice, function_call)
+    shown = offered if choice.mode != "none" else []
+    return RequestPlan(
+        segments=render_prompt(messages, shown),
+        grammar=build_grammar(shown, choice, response_format),
+        tool_names=[tool["function"]["name"] for tool in shown],
+        tool_choice=choice,
+    )
+
+
+# -------------------------------------------------------------------------- parsing
+
+_TOOL_CALL_BLOCK = re.compile(
+    re.escape(TOOL_CALL_OPEN) + r"\s*(.*?)\s*(?:" + re.escape(TOOL_CALL_CLOSE) + "|$)",
+    re.DOTALL,
+)
+
+
+def new_tool_call_id() -> str:
+    """A fresh OpenAI-style tool call id."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def _parse_call(block: str, tool_names: Sequence[str]) -> dict[str, Any] | str:
+    try:
+        payload = json.loads(block)
+    except ValueError as error:
+        return f"tool call is not valid JSON ({error}): {block[:200]}"
+    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+        return f"tool call has no name: {block[:200]}"
+    name = payload["name"]
+    if name not in tool_names:
+        return f"tool call names unknown tool {name!r}"
+    arguments = payload.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return f"arguments of {name} are not JSON: {arguments[:200]}"
+    if not isinstance(arguments, dict):
+        return f"arguments of {name} are not an object"
+    return {
+        "id": new_tool_call_id(),
+        "type": "function",
+        "function": {
+            "name": name,
+            "arguments": json.dumps(arguments, ensure_ascii=False),
+        },
+    }
+
+
+def parse_completion(text: str, tool_names: Sequence[str] = ()) -> ParsedReply:
+    """Split generated text into content and tool calls.
+
+    ``<tool_call>`` blocks naming one of ``tool_names`` with JSON arguments become
+    OpenAI tool calls; text before the first block is the content. A block that does
+    not parse (for example cut off by ``max_tokens``) is reported in ``errors``; when
+    no block parses, the whole text is returned as content so nothing is lost.
+    """
+    start = text.find(TOOL_CALL_OPEN) if tool_names else -1
+    if start < 0:
+        return ParsedReply(content=text.strip() or None)
+    calls: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for match in _TOOL_CALL_BLOCK.finditer(text, start):
+        parsed = _parse_call(match.group(1), tool_names)
+        if isinstance(parsed, str):
+            errors.append(parsed)
+        else:
+            calls.append(parsed)
+    if not calls:
+        return ParsedReply(content=text.strip() or None, errors=errors)
+    return ParsedReply(
+        content=text[:start].strip() or None, tool_calls=calls, errors=errors
+    )
+
+
+def build_chat_completion(
+    reply: ParsedReply,
+    *,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    finish_reason: str | None = "stop",
+    completion_id: str | None = None,
+    created: int | None = None,
+) -> dict[str, Any]:
+    """Build an OpenAI ``chat.completion`` dict from a parsed reply.
+
+    ``finish_reason`` is the raw one (``stop`` or ``length``); it becomes
+    ``tool_calls`` when the reply holds tool calls.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = reply.tool_calls
+        finish_reason = "tool_calls"
+    return {
+        "id": completion_id or f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()) if created is None else created,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish_reason or "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def completion_chunks(completion: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Replay a finished ``chat.completion`` as ``chat.completion.chunk`` dicts
+    (for ``stream=True`` clients): the role, the content, each tool call, the end."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": completion["model"],
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            ],
+        }
+
+    yield chunk({"role": "assistant", "content": None})
+    if message.get("content"):
+        yield chunk({"content": message["content"]})
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        yield chunk({"tool_calls": [{"index": index, **call}]})
+    yield chunk({}, choice["finish_reason"])

@@ -1,0 +1,110 @@
+"""Live updates: events sent to websocket groups after the transaction commits."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.template.loader import render_to_string
+
+from agents.engine.redaction import Redactor
+from agents.push import APPROVALS_GROUP, push, task_group
+
+log = logging.getLogger(__name__)
+
+
+def _redactor() -> Redactor:
+    from agents.services.runtime import redactor
+
+    return redactor()
+
+
+def step_event(step: Any) -> dict[str, Any]:
+    from agents.payloads import step_payload
+
+    payload = _redactor().data(step_payload(step))
+    return {
+        "type": "step",
+        "task": str(step.task_id),
+        "step": payload,
+        "html": render_step_html(step),
+    }
+
+
+def render_step_html(step: Any) -> str:
+    return render_to_string("agents/_step.html", {"step": step})
+
+
+def task_event(task: Any) -> dict[str, Any]:
+    from agents.payloads import task_payload
+
+    return {"type": "task", "task": _redactor().data(task_payload(task))}
+
+
+def _send(group: str, event: dict[str, Any]) -> None:
+    push(group, {"type": "reach.event", "event": event})
+
+
+def steps_changed_on_commit(task_id: Any, step_ids: Sequence[int], *, task: bool = False) -> None:
+    """After commit, push the committed state of these steps (and the task)."""
+
+    def send() -> None:
+        from agents.models import Step
+
+        try:
+            steps = Step.objects.filter(pk__in=list(step_ids)).order_by("seq")
+            for step in steps:
+                _send(task_group(task_id), step_event(step))
+            if task:
+                _push_task(task_id)
+        except Exception:  # noqa: BLE001 - clients resume from the database
+            log.warning("step push for task %s failed", task_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def _push_task(task_id: Any) -> None:
+    from agents.models import Task
+
+    task = Task.objects.select_related("agent", "owner").filter(pk=task_id).first()
+    if task is not None:
+        _send(task_group(task_id), task_event(task))
+
+
+def task_changed_on_commit(task_id: Any) -> None:
+    def send() -> None:
+        try:
+            _push_task(task_id)
+        except Exception:  # noqa: BLE001
+            log.warning("task push for %s failed", task_id, exc_info=True)
+
+    transaction.on_commit(send)
+
+
+def approval_changed_on_commit(approval_id: Any) -> None:
+    def send() -> None:
+        from approvals.models import ApprovalRequest
+        from approvals.payloads import approval_payload
+
+        try:
+            approval = (
+                ApprovalRequest.objects.select_related(
+                    "task__agent", "requested_by", "decided_by", "step"
+                )
+                .filter(pk=approval_id)
+                .first()
+            )
+            if approval is None:
+                return
+            payload = _redactor().data(approval_payload(approval))
+            html = render_to_string("approvals/_card.html", {"approval": approval})
+            _send(
+                APPROVALS_GROUP,
+                {"type": "approval", "approval": payload, "html": html},
+            )
+        except Exception:  # noqa: BLE001
+            log.warning("approval push for %s failed", approval_id, exc_info=True)
+
+    transaction.on_commit(send)

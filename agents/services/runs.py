@@ -1,0 +1,678 @@
+"""Runs: starting, claiming, advancing, cancelling and reaping tasks.
+
+The Celery task ``advance`` is a thin shell over :func:`task_advance`. A run is
+claimed with a guarded UPDATE that bumps its lease epoch; every later write of that
+run is conditional on the same owner and epoch (:class:`DjangoJournal`), so a
+worker whose lease was taken over stops instead of writing beside the new owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agents.engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
+from agents.engine.spec import (
+    FINAL_TASK_STATUSES,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    StopReason,
+    TaskStatus,
+    ToolSpec,
+    Usage,
+)
+from agents.models import Conversation, Message, Step, Task
+from agents.services import notify
+
+log = logging.getLogger(__name__)
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ConversationBusy(Exception):
+    """A task of this conversation is still queued or running."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(str(task.pk))
+        self.task = task
+
+
+class TaskFinal(Exception):
+    """The task already reached a final status."""
+
+
+# -- starting --------------------------------------------------------------------
+
+
+def conversation_create(*, owner: Any, agent: Any) -> Conversation:
+    now = timezone.now()
+    return Conversation.objects.create(
+        owner=owner, agent=agent, created_at=now, updated_at=now
+    )
+
+
+def _history_taint(conversation: Conversation) -> list[str]:
+    """Taint sources of the conversation's earlier tasks (they carry over)."""
+    sources: list[str] = []
+    for tainted in conversation.tasks.exclude(tainted_by=[]).values_list(
+        "tainted_by", flat=True
+    ):
+        for source in tainted or []:
+            if source not in sources:
+                sources.append(source)
+    return sources
+
+
+def task_start(
+    *,
+    conversation: Conversation,
+    content: str,
+    parent: Task | None = None,
+    parent_seq: int | None = None,
+    model: str | None = None,
+) -> Task:
+    """Record the user's message and a new task for it; enqueue it after commit."""
+    from agents.services.tools import agent_snapshot
+
+    content = content.strip()
+    if not content:
+        raise ValueError("The message is empty.")
+    if len(content) > settings.REACH_MAX_MESSAGE_CHARS:
+        raise ValueError(
+            f"The message is longer than {settings.REACH_MAX_MESSAGE_CHARS} characters."
+        )
+    with transaction.atomic():
+        # Lock the conversation: one active task per conversation.
+        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        active = conversation.tasks.filter(status__in=Task.ACTIVE).first()
+        if active is not None:
+            raise ConversationBusy(active)
+        now = timezone.now()
+        snapshot = agent_snapshot(conversation.agent)
+        if model:
+            snapshot["model"] = model
+        taint = _history_taint(conversation)
+        if parent is not None:
+            for source in parent.tainted_by or []:
+                if source not in taint:
+                    taint.append(source)
+        task = Task.objects.create(
+            conversation=conversation,
+            agent=conversation.agent,
+            owner=conversation.owner,
+            model=snapshot["model"],
+            goal=content,
+            agent_snapshot=snapshot,
+            tainted_by=taint,
+            parent=parent,
+            parent_seq=parent_seq,
+            created_at=now,
+            updated_at=now,
+        )
+        Message.objects.create(
+            conversation=conversation,
+            role=Message.Role.USER,
+            content=content,
+            task=task,
+            created_at=now,
+        )
+        updates: dict[str, Any] = {"updated_at": now}
+        if not conversation.title:
+            updates["title"] = content[:80]
+        Conversation.objects.filter(pk=conversation.pk).update(**updates)
+        from traces.services import audit_append
+
+        audit_append(
+            kind="task.started",
+            actor=conversation.owner,
+            task_id=task.pk,
+            object_type="task",
+            object_id=task.pk,
+            data={"agent": conversation.agent.name, "model": task.model},
+        )
+        enqueue_advance(task.pk)
+        notify.task_changed_on_commit(task.pk)
+    return task
+
+
+def enqueue_advance(task_id: Any, *, countdown: float | None = None) -> None:
+    """Enqueue ``advance`` once the current transaction commits."""
+    from agents.tasks import advance
+
+    def send() -> None:
+        try:
+            advance.apply_async((str(task_id),), countdown=countdown)
+        except Exception:  # noqa: BLE001 - the reaper re-queues it
+            log.warning("enqueue of task %s failed; the reaper will retry", task_id)
+
+    transaction.on_commit(send)
+
+
+# -- cancelling --------------------------------------------------------------------
+
+
+def task_cancel(*, task: Task, user: Any) -> Task:
+    """Cancel a task: at once when idle, at the next step boundary when running."""
+    from approvals.services import approvals_cancel_for_task
+
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task.pk)
+        if task.status in FINAL_TASK_STATUSES:
+            raise TaskFinal()
+        now = timezone.now()
+        task.cancel_requested = True
+        fields = ["cancel_requested", "updated_at"]
+        if task.status in (TaskStatus.QUEUED, TaskStatus.WAITING_APPROVAL) or (
+            task.lease_expires_at is not None and task.lease_expires_at < now
+        ):
+            # Nobody drives it now: finish here.
+            approvals_cancel_for_task(task=task)
+            _finish_task(task, StopReason.CANCELLED, answer=None, message=None)
+            fields += [
+                "status",
+                "stop_reason",
+                "finished_at",
+                "error_message",
+                "lease_owner",
+                "lease_expires_at",
+                "rev",
+            ]
+        task.updated_at = now
+        task.save(update_fields=fields)
+        from traces.services import audit_append
+
+        audit_append(
+            kind="task.cancel_requested",
+            actor=user,
+            task_id=task.pk,
+            object_type="task",
+            object_id=task.pk,
+        )
+        notify.task_changed_on_commit(task.pk)
+    return task
+
+
+def _finish_task(
+    task: Task, reason: StopReason, *, answer: str | None, message: str | None
+) -> None:
+    """Set final fields on a locked task and add the assistant's reply."""
+    now = timezone.now()
+    task.status = reason.task_status.value
+    task.stop_reason = reason.value
+    task.final_answer = answer
+    task.error_message = message or ""
+    task.finished_at = now
+    task.lease_owner = ""
+    task.lease_expires_at = None
+    task.rev += 1
+    text = answer if answer is not None else (message or _reason_text(reason))
+    Message.objects.create(
+        conversation_id=task.conversation_id,
+        role=Message.Role.ASSISTANT,
+        content=text,
+        task=task,
+        created_at=now,
+    )
+    Conversation.objects.filter(pk=task.conversation_id).update(updated_at=now)
+    from traces.services import audit_append
+
+    audit_append(
+        kind="task.finished",
+        actor="system",
+        task_id=task.pk,
+        object_type="task",
+        object_id=task.pk,
+        data={"status": task.status, "stop_reason": task.stop_reason},
+    )
+
+
+def _reason_text(reason: StopReason) -> str:
+    return {
+        StopReason.CANCELLED: "Cancelled.",
+    }.get(reason, f"Stopped ({reason.value}).")
+
+
+# -- claiming ----------------------------------------------------------------------
+
+
+def task_claim(*, task_id: Any, owner: str) -> int | None:
+    """Take the lease of a runnable task; return the new epoch, or None."""
+    now = timezone.now()
+    waiting = Step.objects.filter(
+        task=OuterRef("pk"), status=StepStatus.WAITING_APPROVAL
+    )
+    claimable = (
+        Q(status=TaskStatus.QUEUED)
+        | Q(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
+        | Q(status=TaskStatus.RUNNING, lease_expires_at__isnull=True)
+        | (Q(status=TaskStatus.WAITING_APPROVAL) & ~Exists(waiting))
+    )
+    claimed = (
+        Task.objects.filter(claimable, pk=task_id)
+        .update(
+            status=TaskStatus.RUNNING,
+            lease_owner=owner,
+            lease_epoch=F("lease_epoch") + 1,
+            lease_expires_at=now + timedelta(seconds=settings.REACH_LEASE_S),
+            started_at=Coalesce("started_at", now),
+            updated_at=now,
+            rev=F("rev") + 1,
+        )
+    )
+    if claimed != 1:
+        return None
+    row = Task.objects.filter(pk=task_id).values("lease_epoch", "lease_owner").first()
+    if row is None or row["lease_owner"] != owner:
+        return None
+    notify.task_changed_on_commit(task_id)
+    return int(row["lease_epoch"])
+
+
+class _Heartbeat:
+    """One thread per process extends the leases of the runs it drives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, tuple[str, int]] = {}
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+
+    def add(self, task_id: str, owner: str, epoch: int) -> None:
+        with self._lock:
+            self._runs[task_id] = (owner, epoch)
+            if self._thread is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._loop, name="reach-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, task_id: str) -> None:
+        with self._lock:
+            self._runs.pop(task_id, None)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(settings.REACH_HEARTBEAT_S)
+            with self._lock:
+                runs = dict(self._runs)
+            if not runs:
+                continue
+            try:
+                close_old_connections()
+                expires = timezone.now() + timedelta(seconds=settings.REACH_LEASE_S)
+                for task_id, (owner, epoch) in runs.items():
+                    Task.objects.filter(
+                        pk=task_id, lease_owner=owner, lease_epoch=epoch
+                    ).update(lease_expires_at=expires)
+            except Exception:  # noqa: BLE001 - next beat tries again
+                log.warning("lease heartbeat failed", exc_info=True)
+
+
+_heartbeat = _Heartbeat()
+
+
+# -- the journal -------------------------------------------------------------------
+
+
+class DjangoJournal:
+    """The engine's Journal over the database, fenced by one lease."""
+
+    def __init__(self, task: Task, *, owner: str, epoch: int) -> None:
+        self.task_id = str(task.pk)
+        self._task_pk = task.pk
+        self.owner = owner
+        self.epoch = epoch
+        self._claimed_at = time.monotonic()
+        self._active_before = task.active_seconds
+
+    # reading
+
+    def snapshot(self) -> RunSnapshot:
+        task = Task.objects.select_related("agent", "conversation").get(pk=self._task_pk)
+        steps = [s.record() for s in task.steps.order_by("seq")]
+        snapshot = task.agent_snapshot or {}
+        return RunSnapshot(
+            goal=task.goal,
+            system=_system_prompt(snapshot),
+            model=task.model,
+            steps=steps,
+            usage=Usage(task.prompt_tokens, task.completion_tokens, task.total_tokens),
+            history=_history(task),
+            inherited_taint=list(task.tainted_by or []),
+            active_seconds=task.active_seconds,
+        )
+
+    def control(self) -> Control:
+        row = (
+            Task.objects.filter(pk=self._task_pk)
+            .values("lease_owner", "lease_epoch", "cancel_requested", "status")
+            .first()
+        )
+        if (
+            row is None
+            or row["lease_owner"] != self.owner
+            or row["lease_epoch"] != self.epoch
+            or row["status"] != TaskStatus.RUNNING
+        ):
+            raise LeaseLost(self.task_id)
+        return Control(cancelled=bool(row["cancel_requested"]))
+
+    def active_seconds(self) -> float:
+        return self._active_before + (time.monotonic() - self._claimed_at)
+
+    # writing (every write locks the task row and checks the lease)
+
+    def _locked_task(self) -> Task:
+        task = Task.objects.select_for_update().get(pk=self._task_pk)
+        if (
+            task.lease_owner != self.owner
+            or task.lease_epoch != self.epoch
+            or task.status != TaskStatus.RUNNING
+        ):
+            raise LeaseLost(self.task_id)
+        return task
+
+    def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
+        from approvals.services import approval_create
+
+        with transaction.atomic():
+            task = self._locked_task()
+            rows = []
+            for record in steps:
+                task.rev += 1
+                row = Step(task=task, seq=record.seq, rev=task.rev)
+                row.apply(_clip(record))
+                rows.append(row)
+                if record.kind is StepKind.MODEL_CALL and record.usage:
+                    task.prompt_tokens += record.usage.get("prompt_tokens", 0)
+                    task.completion_tokens += record.usage.get("completion_tokens", 0)
+                    task.total_tokens += record.usage.get("total_tokens", 0)
+            Step.objects.bulk_create(rows)
+            task.step_count = task.steps.count()
+            task.updated_at = timezone.now()
+            task.save(
+                update_fields=[
+                    "rev",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "total_tokens",
+                    "step_count",
+                    "updated_at",
+                ]
+            )
+            saved = list(Step.objects.filter(task=task, seq__in=[r.seq for r in rows]))
+            for row in saved:
+                if row.status == StepStatus.WAITING_APPROVAL:
+                    approval_create(task=task, step=row)
+            notify.steps_changed_on_commit(
+                task.pk, [r.pk for r in saved], task=True
+            )
+        return [row.record() for row in sorted(saved, key=lambda r: r.seq)]
+
+    def update(self, step: StepRecord) -> StepRecord:
+        with transaction.atomic():
+            task = self._locked_task()
+            row = Step.objects.select_for_update().get(task=task, seq=step.seq)
+            task.rev += 1
+            row.apply(_clip(step))
+            row.rev = task.rev
+            row.save()
+            fields = ["rev", "updated_at"]
+            if (
+                step.detail.get("untrusted")
+                and step.status in (StepStatus.SUCCEEDED, StepStatus.CACHED)
+            ):
+                label = f"{step.tool}#{step.seq}"
+                if label not in (task.tainted_by or []):
+                    task.tainted_by = [*(task.tainted_by or []), label]
+                    fields.append("tainted_by")
+            task.updated_at = timezone.now()
+            task.save(update_fields=fields)
+            notify.steps_changed_on_commit(task.pk, [row.pk])
+        return row.record()
+
+    def park(self) -> bool:
+        with transaction.atomic():
+            task = self._locked_task()
+            waiting = task.steps.filter(status=StepStatus.WAITING_APPROVAL).exists()
+            if not waiting:
+                # Decided while we were busy: go on instead of parking.
+                return False
+            task.status = TaskStatus.WAITING_APPROVAL
+            task.lease_owner = ""
+            task.lease_expires_at = None
+            task.active_seconds = self.active_seconds()
+            task.rev += 1
+            task.updated_at = timezone.now()
+            task.save(
+                update_fields=[
+                    "status",
+                    "lease_owner",
+                    "lease_expires_at",
+                    "active_seconds",
+                    "rev",
+                    "updated_at",
+                ]
+            )
+            notify.task_changed_on_commit(task.pk)
+        return True
+
+    def finish(
+        self, reason: StopReason, *, answer: str | None, message: str | None
+    ) -> None:
+        from approvals.services import approvals_cancel_for_task
+
+        with transaction.atomic():
+            task = self._locked_task()
+            if reason is StopReason.CANCELLED:
+                approvals_cancel_for_task(task=task)
+                self._skip_open_steps(task)
+            task.active_seconds = self.active_seconds()
+            _finish_task(task, reason, answer=answer, message=message)
+            task.updated_at = timezone.now()
+            task.save()
+            notify.task_changed_on_commit(task.pk)
+
+    def _skip_open_steps(self, task: Task) -> None:
+        open_steps = task.steps.filter(
+            status__in=[
+                StepStatus.RUNNING,
+                StepStatus.WAITING_APPROVAL,
+                StepStatus.APPROVED,
+            ]
+        )
+        ids = []
+        for row in open_steps:
+            task.rev += 1
+            row.status = StepStatus.SKIPPED
+            row.error = row.error or "Cancelled before it ran."
+            row.error_class = row.error_class or "cancelled"
+            row.finished_at = row.finished_at or timezone.now()
+            row.rev = task.rev
+            row.save()
+            ids.append(row.pk)
+        if ids:
+            notify.steps_changed_on_commit(task.pk, ids)
+
+    def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
+        """A write started before a crash and is not safe to retry: ask a human."""
+        from approvals.services import approval_create
+
+        with transaction.atomic():
+            task = self._locked_task()
+            row = Step.objects.select_for_update().get(task=task, seq=step.seq)
+            task.rev += 1
+            row.status = StepStatus.WAITING_APPROVAL
+            row.error = (
+                "The worker stopped while this call was running; whether it "
+                "happened is unknown. An operator must check before it is retried."
+            )
+            row.error_class = "outcome_unknown"
+            row.rev = task.rev
+            row.save()
+            task.save(update_fields=["rev"])
+            approval_create(task=task, step=row, recovery=True)
+            notify.steps_changed_on_commit(task.pk, [row.pk])
+        return row.record()
+
+
+def _clip(record: StepRecord) -> StepRecord:
+    """Bound what is stored of a result (the model already saw a shaped one)."""
+    from agents.engine.canonical import dumps
+
+    limit = settings.REACH_MAX_STORED_RESULT_CHARS
+    if record.result is not None:
+        text = dumps(record.result)
+        if len(text) > limit:
+            return record.copy(
+                result={
+                    "truncated": True,
+                    "partial_result": text[:limit],
+                    "total_chars": len(text),
+                }
+            )
+    return record
+
+
+def _system_prompt(snapshot: dict[str, Any]) -> str:
+    return str(snapshot.get("instructions") or "You are a helpful assistant.")
+
+
+def _history(task: Task, limit: int = 20) -> list[dict[str, str]]:
+    """Earlier turns of the conversation: user messages and final replies."""
+    messages = list(
+        Message.objects.filter(
+            conversation_id=task.conversation_id, created_at__lt=task.created_at
+        )
+        .exclude(task=task)
+        .order_by("-created_at", "-id")[:limit]
+    )
+    messages.reverse()
+    # Keep whole pairs, starting with a user message.
+    while messages and messages[0].role != Message.Role.USER:
+        messages.pop(0)
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+# -- advancing ---------------------------------------------------------------------
+
+
+def task_advance(*, task_id: Any) -> str:
+    """Claim the task and drive it until it finishes, parks or loses its lease."""
+    from agents.logging import current_task_id
+
+    owner = f"{WORKER_ID}:{uuid.uuid4().hex[:8]}"
+    epoch = task_claim(task_id=task_id, owner=owner)
+    if epoch is None:
+        return "not-claimed"
+    token = current_task_id.set(str(task_id))
+    task = Task.objects.select_related("agent").get(pk=task_id)
+    journal = DjangoJournal(task, owner=owner, epoch=epoch)
+    _heartbeat.add(str(task.pk), owner, epoch)
+    try:
+        engine = build_engine(task)
+        outcome = engine.advance(journal)
+        return outcome.value
+    except LeaseLost:
+        log.info("lease of task %s was taken over; stopping", task_id)
+        return "lease-lost"
+    except Exception as exc:  # noqa: BLE001 - record, never leave it running
+        log.exception("task %s failed with an internal error", task_id)
+        try:
+            journal.finish(
+                StopReason.INTERNAL_ERROR,
+                answer=None,
+                message=f"Internal error: {exc.__class__.__name__}: {exc}"[:1000],
+            )
+        except LeaseLost:
+            pass
+        return "internal-error"
+    finally:
+        _heartbeat.remove(str(task.pk))
+        current_task_id.reset(token)
+
+
+def build_engine(task: Task) -> Engine:
+    from agents.services import runtime
+    from agents.services.tools import toolbox_for_snapshot
+
+    snapshot = task.agent_snapshot or {}
+    limits_data = snapshot.get("limits")
+    from agents.engine.spec import Limits
+
+    limits = Limits(**limits_data) if limits_data else task.agent.limits()
+    return Engine(
+        model_client=runtime.model_client(),
+        toolbox=toolbox_for_snapshot(snapshot),
+        executor=runtime.executor(),
+        limits=limits,
+        redactor=runtime.redactor(),
+        model_pool=runtime.model_pool(),
+    )
+
+
+# -- reaping -----------------------------------------------------------------------
+
+
+def tasks_reap() -> list[str]:
+    """Re-queue runs whose lease expired and queued runs whose enqueue was lost."""
+    now = timezone.now()
+    grace = now - timedelta(seconds=settings.REACH_QUEUED_GRACE_S)
+    waiting = Step.objects.filter(
+        task=OuterRef("pk"), status=StepStatus.WAITING_APPROVAL
+    )
+    stale = Task.objects.filter(
+        Q(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
+        | Q(status=TaskStatus.QUEUED, updated_at__lt=grace)
+        | (
+            Q(status=TaskStatus.WAITING_APPROVAL, updated_at__lt=grace)
+            & ~Exists(waiting)
+        )
+    ).values_list("pk", flat=True)[:500]
+    ids = [str(pk) for pk in stale]
+    from agents.tasks import advance
+
+    for task_id in ids:
+        try:
+            advance.apply_async((task_id,))
+        except Exception:  # noqa: BLE001
+            log.warning("re-queue of %s failed", task_id)
+    if ids:
+        Task.objects.filter(pk__in=ids, status=TaskStatus.QUEUED).update(
+            updated_at=now
+        )
+    return ids
+
+
+def outcome_is_final(task: Task) -> bool:
+    return task.status in FINAL_TASK_STATUSES
+
+
+__all__ = [
+    "ConversationBusy",
+    "DjangoJournal",
+    "Outcome",
+    "TaskFinal",
+    "conversation_create",
+    "enqueue_advance",
+    "task_advance",
+    "task_cancel",
+    "task_claim",
+    "task_start",
+    "tasks_reap",
+]

@@ -1,0 +1,21 @@
+"""The live approval queue: ``/ws/approvals/`` for approvers only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from agents.consumers import ReachConsumer
+from agents.push import APPROVALS_GROUP
+
+
+class ApprovalsConsumer(ReachConsumer):
+    async def authorize(self, user: Any) -> bool:
+        return await database_sync_to_async(user.has_perm)("approvals.decide_approval")
+
+    def groups_for(self, user: Any) -> list[str]:
+        return [APPROVALS_GROUP]
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        await self.send_json({"type": "error", "error": "This socket only sends."})

@@ -1,0 +1,90 @@
+"""Approval requests: a risky call parked until humans decide."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ApprovalRequest(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+        CANCELLED = "cancelled"
+
+    class Kind(models.TextChoices):
+        ACTION = "action", "Approve an action"
+        RECOVERY = "recovery", "Did it happen? (outcome unknown after a crash)"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.ACTION)
+    task = models.ForeignKey(
+        "agents.Task", on_delete=models.CASCADE, related_name="approvals"
+    )
+    step = models.OneToOneField(
+        "agents.Step", on_delete=models.CASCADE, related_name="approval"
+    )
+    tool = models.CharField(max_length=64, db_index=True)
+    risk = models.CharField(max_length=20)
+    arguments = models.JSONField()
+    arguments_hash = models.CharField(max_length=64)
+    proposed_arguments = models.JSONField(null=True, blank=True)
+    preview = models.CharField(max_length=500)
+    reasons = models.JSONField(default=list)
+    status = models.CharField(
+        max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True
+    )
+    tainted_by = models.JSONField(default=list, blank=True)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    requested_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    diff = models.JSONField(null=True, blank=True)
+    # Bumped by every vote; a decision is a compare-and-swap on it.
+    version = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["requested_at"]
+        permissions = [("decide_approval", "Can approve or reject agent actions")]
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.preview}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == self.Status.PENDING
+
+
+class ApprovalVote(models.Model):
+    """One approver's approve vote (two-person rule needs two distinct users)."""
+
+    approval = models.ForeignKey(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="votes"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    arguments_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["approval", "user"], name="uniq_vote_per_user"
+            )
+        ]

@@ -1,0 +1,38 @@
+"""The approval JSON of API.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agents.payloads import iso
+from approvals.models import ApprovalRequest
+
+
+def approval_payload(approval: ApprovalRequest) -> dict[str, Any]:
+    approved_by = [v.user.get_username() for v in approval.votes.all()]
+    return {
+        "id": str(approval.id),
+        "task": str(approval.task_id),
+        "step": approval.step.seq,
+        "tool": approval.tool,
+        "risk": approval.risk,
+        "arguments": approval.arguments,
+        "proposed_arguments": approval.proposed_arguments,
+        "preview": approval.preview,
+        "status": approval.status,
+        "tainted_by": list(approval.tainted_by or []),
+        "approvals_required": approval.approvals_required,
+        "approved_by": approved_by,
+        "requested_at": iso(approval.requested_at),
+        "expires_at": iso(approval.expires_at),
+        "decided_by": approval.decided_by.get_username() if approval.decided_by else None,
+        "decided_at": iso(approval.decided_at),
+        "reason": approval.reason or None,
+        # Extensions.
+        "kind": approval.kind,
+        "reasons": list(approval.reasons or []),
+        "requested_by": approval.requested_by.get_username(),
+        "agent": approval.task.agent.name,
+        "conversation": str(approval.task.conversation_id),
+        "diff": approval.diff,
+    }

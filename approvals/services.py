@@ -1,0 +1,395 @@
+"""Approval services: request, decide (a compare-and-swap), expire, cancel.
+
+Lock order everywhere: the task row first, then its approvals and steps, so
+deciding, cancelling and running never deadlock on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from agents.engine.canonical import canonical_hash
+from agents.engine.policy import render_preview
+from agents.engine.spec import StepStatus
+from agents.engine.validation import InvalidArguments, validate_arguments
+from agents.models import Step, Task
+from agents.services import notify
+from approvals.models import ApprovalRequest, ApprovalVote
+from traces.services import audit_append
+
+log = logging.getLogger(__name__)
+
+DECIDE_PERMISSION = "approvals.decide_approval"
+
+
+class DecisionError(Exception):
+    """A decision that cannot be taken; ``status`` is the HTTP status to answer."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def can_decide(user: Any) -> bool:
+    return bool(user.is_authenticated and user.has_perm(DECIDE_PERMISSION))
+
+
+def approval_create(*, task: Task, step: Step, recovery: bool = False) -> ApprovalRequest:
+    """Park ``step``: create its request (inside the caller's transaction)."""
+    info = dict((step.detail or {}).get("approval") or {})
+    spec_def = _tool_definition(task, step.tool or "")
+    ttl = int(info.get("ttl_s") or spec_def.get("approval_ttl_s") or 3600)
+    now = timezone.now()
+    arguments = step.arguments or {}
+    approval = ApprovalRequest.objects.create(
+        kind=ApprovalRequest.Kind.RECOVERY if recovery else ApprovalRequest.Kind.ACTION,
+        task=task,
+        step=step,
+        tool=step.tool or "",
+        risk=info.get("risk") or spec_def.get("risk", "write"),
+        arguments=arguments,
+        arguments_hash=canonical_hash(arguments),
+        preview=(
+            info.get("preview")
+            or _preview(spec_def, arguments)
+            or f"{step.tool}(…)"
+        )[:500],
+        reasons=info.get("reasons")
+        or (["outcome unknown after a worker crash"] if recovery else []),
+        tainted_by=info.get("tainted_by") or [],
+        approvals_required=int(
+            info.get("approvals_required") or spec_def.get("approvals_required") or 1
+        ),
+        requested_by_id=task.owner_id,
+        requested_at=now,
+        expires_at=now + timedelta(seconds=ttl),
+    )
+    audit_append(
+        kind="approval.requested",
+        actor=task.owner,
+        task_id=task.pk,
+        object_type="approval",
+        object_id=approval.pk,
+        data={"tool": approval.tool, "step": step.seq, "kind": approval.kind},
+    )
+    notify.approval_changed_on_commit(approval.pk)
+    if settings.REACH_APPROVAL_EMAILS:
+        transaction.on_commit(lambda: _email_approvers(approval.pk))
+    return approval
+
+
+def _tool_definition(task: Task, name: str) -> dict[str, Any]:
+    for definition in (task.agent_snapshot or {}).get("tools", []):
+        if definition.get("name") == name:
+            return dict(definition)
+    return {}
+
+
+def _preview(definition: dict[str, Any], arguments: dict[str, Any]) -> str:
+    from agents.services.tools import spec_from_definition
+
+    if not definition:
+        return ""
+    return render_preview(spec_from_definition(definition), arguments)
+
+
+def _email_approvers(approval_id: Any) -> None:
+    approval = ApprovalRequest.objects.filter(pk=approval_id).first()
+    if approval is None:
+        return
+    users = [
+        u
+        for u in get_user_model().objects.filter(is_active=True).exclude(email="")
+        if u.has_perm(DECIDE_PERMISSION)
+    ]
+    if not users:
+        return
+    try:
+        send_mail(
+            subject=f"[Agent Reach] Approval needed: {approval.preview[:80]}",
+            message=(
+                f"{approval.requested_by.get_username()}'s agent wants to run "
+                f"{approval.tool}.\n\n{approval.preview}\n\nDecide in the queue: "
+                f"{settings.REACH_PUBLIC_URL.rstrip('/')}/approvals/\n"
+            ),
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            recipient_list=[u.email for u in users],
+        )
+    except Exception:  # noqa: BLE001 - notification is best effort
+        log.warning("approval email failed", exc_info=True)
+
+
+def approval_decide(
+    *,
+    approval: ApprovalRequest,
+    user: Any,
+    decision: str,
+    arguments: dict[str, Any] | None = None,
+    reason: str = "",
+) -> ApprovalRequest:
+    """Decide a pending request. Exactly one of concurrent decisions wins.
+
+    ``decision`` is ``approve``, ``reject`` or, for recovery requests,
+    ``mark_done``. Raises :class:`DecisionError` (403, 400 or 409).
+    """
+    if not can_decide(user):
+        raise DecisionError("You do not have permission to decide approvals.", 403)
+    if decision not in ("approve", "reject", "mark_done"):
+        raise DecisionError("decision must be 'approve' or 'reject'.", 400)
+    reason = (reason or "").strip()
+    if decision == "reject" and not reason:
+        raise DecisionError("A reason is required to reject.", 400)
+    if user.pk == approval.requested_by_id:
+        raise DecisionError("You cannot decide on your own task's request.", 403)
+    if decision == "mark_done" and approval.kind != ApprovalRequest.Kind.RECOVERY:
+        raise DecisionError("mark_done applies to recovery requests only.", 400)
+
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=approval.task_id)
+        current = ApprovalRequest.objects.get(pk=approval.pk)
+        now = timezone.now()
+        if current.status != ApprovalRequest.Status.PENDING:
+            raise DecisionError(f"This request is already {current.status}.", 409)
+        if current.expires_at <= now:
+            raise DecisionError("This request has expired.", 409)
+
+        final_args = current.arguments
+        edited = False
+        if decision == "approve" and arguments is not None:
+            final_args = _validated_edit(task, current, arguments)
+            edited = canonical_hash(final_args) != current.arguments_hash
+        final_hash = canonical_hash(final_args)
+
+        if decision == "approve":
+            try:
+                with transaction.atomic():
+                    ApprovalVote.objects.create(
+                        approval=current, user=user, arguments_hash=final_hash
+                    )
+            except IntegrityError:
+                raise DecisionError("You already approved this request.", 409) from None
+            votes = ApprovalVote.objects.filter(
+                approval=current, arguments_hash=final_hash
+            ).count()
+            if votes < current.approvals_required:
+                # First of two approvers: record the vote, stay pending.
+                won = _swap(
+                    current,
+                    now,
+                    arguments=final_args,
+                    arguments_hash=final_hash,
+                    proposed_arguments=current.proposed_arguments
+                    or (current.arguments if edited else None),
+                    diff=_diff(current.arguments, final_args) if edited else current.diff,
+                )
+                if not won:
+                    raise DecisionError("Someone else decided first.", 409)
+                audit_append(
+                    kind="approval.voted",
+                    actor=user,
+                    task_id=task.pk,
+                    object_type="approval",
+                    object_id=current.pk,
+                )
+                notify.approval_changed_on_commit(current.pk)
+                return ApprovalRequest.objects.get(pk=current.pk)
+            status = ApprovalRequest.Status.APPROVED
+        elif decision == "reject":
+            status = ApprovalRequest.Status.REJECTED
+        else:
+            status = ApprovalRequest.Status.APPROVED
+
+        original = current.arguments
+        won = _swap(
+            current,
+            now,
+            status=status,
+            arguments=final_args,
+            arguments_hash=final_hash,
+            proposed_arguments=(
+                current.proposed_arguments or (original if edited else None)
+            ),
+            diff=_diff(original, final_args) if edited else current.diff,
+            decided_by=user,
+            decided_at=now,
+            reason=reason,
+        )
+        if not won:
+            raise DecisionError("Someone else decided first.", 409)
+        _apply_to_step(task, current, decision, final_args, user, reason, edited)
+        audit_append(
+            kind="approval.decided",
+            actor=user,
+            task_id=task.pk,
+            object_type="approval",
+            object_id=current.pk,
+            data={"decision": decision, "edited": edited},
+        )
+        notify.approval_changed_on_commit(current.pk)
+        from agents.services.runs import enqueue_advance
+
+        enqueue_advance(task.pk)
+    return ApprovalRequest.objects.get(pk=approval.pk)
+
+
+def _swap(current: ApprovalRequest, now: Any, **changes: Any) -> bool:
+    """Compare-and-swap on (status pending, version, not expired)."""
+    updated = ApprovalRequest.objects.filter(
+        pk=current.pk,
+        status=ApprovalRequest.Status.PENDING,
+        version=current.version,
+        expires_at__gt=now,
+    ).update(version=current.version + 1, **changes)
+    return updated == 1
+
+
+def _validated_edit(
+    task: Task, approval: ApprovalRequest, arguments: Any
+) -> dict[str, Any]:
+    from agents.services.runtime import redactor
+    from agents.services.tools import spec_from_definition
+
+    if not isinstance(arguments, dict):
+        raise DecisionError("arguments must be a JSON object.", 400)
+    definition = _tool_definition(task, approval.tool)
+    if not definition:
+        raise DecisionError(f"The tool {approval.tool} is no longer defined.", 400)
+    spec = spec_from_definition(definition)
+    try:
+        validate_arguments(spec.parameters, arguments)
+    except InvalidArguments as exc:
+        raise DecisionError(str(exc), 400) from exc
+    return redactor().data(arguments)
+
+
+def _diff(before: Any, after: Any) -> dict[str, Any]:
+    """A field-level diff of two argument objects."""
+    before = before or {}
+    after = after or {}
+    changes = {}
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) != after.get(key):
+            changes[key] = {"from": before.get(key), "to": after.get(key)}
+    return changes
+
+
+def _apply_to_step(
+    task: Task,
+    approval: ApprovalRequest,
+    decision: str,
+    arguments: dict[str, Any],
+    user: Any,
+    reason: str,
+    edited: bool,
+) -> None:
+    step = Step.objects.select_for_update().get(pk=approval.step_id)
+    detail = dict(step.detail or {})
+    detail["decision"] = {
+        "decision": decision,
+        "by": user.get_username(),
+        "at": timezone.now().isoformat(),
+        "reason": reason or None,
+        "edited": edited,
+        "approval": str(approval.pk),
+    }
+    if decision == "approve":
+        if edited:
+            step.proposed_arguments = step.arguments
+            step.arguments = arguments
+        detail["approved_hash"] = canonical_hash(step.arguments)
+        step.status = StepStatus.APPROVED
+        if approval.kind == ApprovalRequest.Kind.RECOVERY:
+            # Retry: the next run starts it afresh.
+            step.started_at = None
+            step.error = None
+            step.error_class = None
+    elif decision == "mark_done":
+        step.status = StepStatus.SUCCEEDED
+        step.result = {"status": "marked done by an operator", "by": user.get_username()}
+        step.error = None
+        step.finished_at = timezone.now()
+    else:
+        step.status = StepStatus.REJECTED
+        detail["reason"] = reason
+        step.finished_at = timezone.now()
+    task.rev += 1
+    step.rev = task.rev
+    step.detail = detail
+    step.save()
+    task.updated_at = timezone.now()
+    task.save(update_fields=["rev", "updated_at"])
+    notify.steps_changed_on_commit(task.pk, [step.pk])
+
+
+def approvals_expire() -> int:
+    """Expire pending requests past their deadline; wake their tasks."""
+    now = timezone.now()
+    count = 0
+    for approval in ApprovalRequest.objects.filter(
+        status=ApprovalRequest.Status.PENDING, expires_at__lte=now
+    ).only("pk", "task_id"):
+        with transaction.atomic():
+            task = Task.objects.select_for_update().get(pk=approval.task_id)
+            won = ApprovalRequest.objects.filter(
+                pk=approval.pk, status=ApprovalRequest.Status.PENDING
+            ).update(status=ApprovalRequest.Status.EXPIRED, decided_at=now)
+            if not won:
+                continue
+            step = Step.objects.select_for_update().get(approval=approval.pk)
+            task.rev += 1
+            step.status = StepStatus.EXPIRED
+            step.finished_at = now
+            step.rev = task.rev
+            step.save()
+            task.save(update_fields=["rev"])
+            audit_append(
+                kind="approval.expired",
+                actor="system",
+                task_id=task.pk,
+                object_type="approval",
+                object_id=approval.pk,
+            )
+            notify.steps_changed_on_commit(task.pk, [step.pk])
+            notify.approval_changed_on_commit(approval.pk)
+            from agents.services.runs import enqueue_advance
+
+            enqueue_advance(task.pk)
+            count += 1
+    return count
+
+
+def approvals_cancel_for_task(*, task: Task) -> None:
+    """Cancel the pending requests of a task (inside the caller's transaction)."""
+    pending = list(
+        ApprovalRequest.objects.filter(task=task, status=ApprovalRequest.Status.PENDING)
+    )
+    now = timezone.now()
+    for approval in pending:
+        ApprovalRequest.objects.filter(
+            pk=approval.pk, status=ApprovalRequest.Status.PENDING
+        ).update(status=ApprovalRequest.Status.CANCELLED, decided_at=now)
+        step = Step.objects.get(pk=approval.step_id)
+        task.rev += 1
+        step.status = StepStatus.SKIPPED
+        step.error = "Cancelled with the task before anyone decided."
+        step.error_class = "cancelled"
+        step.finished_at = now
+        step.rev = task.rev
+        step.save()
+        notify.steps_changed_on_commit(task.pk, [step.pk])
+        notify.approval_changed_on_commit(approval.pk)
+        audit_append(
+            kind="approval.cancelled",
+            actor="system",
+            task_id=task.pk,
+            object_type="approval",
+            object_id=approval.pk,
+        )

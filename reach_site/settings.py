@@ -1,0 +1,304 @@
+"""Agent Reach settings: one module, driven by environment variables.
+
+Every value comes from the environment through the small typed helpers below, with
+embedded defaults that work on a bare machine (SQLite and files under ``var/``, the
+Redis that ``manage.py up`` starts, the local model). Nothing here connects to
+Redis, the database or the model at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "").strip()
+    return float(value) if value else default
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+VAR_DIR = Path(env_str("REACH_VAR_DIR") or BASE_DIR / "var")
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _var_file(name: str) -> str:
+    """Read a value the launcher wrote under ``var/`` (empty when absent)."""
+    path = VAR_DIR / name
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _generated_once(name: str, factory) -> str:
+    """Return a value kept in ``var/<name>``, generating it on first use."""
+    path = VAR_DIR / name
+    value = _var_file(name)
+    if not value:
+        value = factory()
+        path.write_text(value + "\n")
+        path.chmod(0o600)
+    return value
+
+
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or _generated_once(
+    "secret_key", lambda: secrets.token_urlsafe(50)
+)
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "rest_framework",
+    "drf_spectacular",
+    "reach_site",
+    "agents",
+    "approvals",
+    "traces",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "reach_site.middleware.ContentSecurityPolicyMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "reach_site.urls"
+ASGI_APPLICATION = "reach_site.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "reach_site.context_processors.reach",
+            ],
+        },
+    },
+]
+
+# Database: SQLite under var/ unless DATABASE_URL says otherwise.
+SQLITE_PATH = VAR_DIR / "reach.sqlite3"
+DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}"
+_default_db = dj_database_url.parse(DATABASE_URL)
+if _default_db["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE transactions take the write lock up front, so the busy timeout
+    # applies instead of failing at once on a read->write upgrade (STACK_NOTES 2).
+    _default_db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    # A file, not memory: integration tests share it with worker subprocesses.
+    _default_db["TEST"] = {
+        "NAME": env_str("REACH_TEST_SQLITE") or str(VAR_DIR / "test_reach.sqlite3")
+    }
+    EMBEDDED_DATABASE = DATABASE_URL == f"sqlite:///{SQLITE_PATH}"
+else:
+    if env_bool("REACH_DB_POOL", True):
+        # Celery closes connections around every task; a pool keeps them cheap.
+        _default_db.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 2,
+            "max_size": env_int("REACH_DB_POOL_MAX", 20),
+            "timeout": 20,
+        }
+        _default_db["CONN_MAX_AGE"] = 0
+    EMBEDDED_DATABASE = False
+DATABASES = {"default": _default_db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# Security: strict by default; HTTPS settings switch on behind a TLS proxy.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+BEHIND_TLS_PROXY = env_bool("REACH_BEHIND_TLS_PROXY", False)
+if BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("REACH_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = False
+
+# Redis: REDIS_URL, else the embedded server the launcher started (var/redis.url).
+REDIS_URL = env_str("REDIS_URL") or _var_file("redis.url") or "redis://127.0.0.1:6399/0"
+EMBEDDED_REDIS = not env_str("REDIS_URL")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": "reach"},
+    }
+}
+
+# Celery: the agent loop runs in a threads pool (I/O bound) and every task is
+# idempotent, claimed with a guarded UPDATE (STACK_NOTES 4, 8).
+REACH_TASK_HARD_LIMIT_S = env_int("REACH_TASK_HARD_LIMIT_S", 1800)
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "reach"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": REACH_TASK_HARD_LIMIT_S * 2,
+    "socket_timeout": 5,
+    "socket_connect_timeout": 5,
+}
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_WORKER_CONCURRENCY = env_int("REACH_WORKER_CONCURRENCY", 64)
+
+# The model: any OpenAI-compatible endpoint; else the local model the launcher
+# runs (its URL under var/model.url).
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or _var_file("model.url")
+OPENAI_API_KEY = env_str("OPENAI_API_KEY") or "local-model-no-key"
+OPENAI_MODEL = env_str("OPENAI_MODEL") or "qwen2.5-coder-1.5b-instruct"
+LOCAL_MODEL = not env_str("OPENAI_BASE_URL")
+REACH_MODEL_TIMEOUT_S = env_float("REACH_MODEL_TIMEOUT_S", 120.0)
+REACH_MODEL_CONNECT_TIMEOUT_S = env_float("REACH_MODEL_CONNECT_TIMEOUT_S", 5.0)
+REACH_MODEL_MAX_RETRIES = env_int("REACH_MODEL_MAX_RETRIES", 3)
+REACH_MODEL_TEMPERATURE = env_float("REACH_MODEL_TEMPERATURE", 0.0)
+
+# Runs: leases, sizes, demo.
+REACH_LEASE_S = env_int("REACH_LEASE_S", 60)
+REACH_HEARTBEAT_S = env_float("REACH_HEARTBEAT_S", 10.0)
+REACH_REAPER_INTERVAL_S = env_float("REACH_REAPER_INTERVAL_S", 15.0)
+REACH_QUEUED_GRACE_S = env_int("REACH_QUEUED_GRACE_S", 30)
+REACH_MAX_MESSAGE_CHARS = env_int("REACH_MAX_MESSAGE_CHARS", 8000)
+REACH_MAX_STORED_RESULT_CHARS = env_int("REACH_MAX_STORED_RESULT_CHARS", 100_000)
+REACH_MAX_IMPORT_BYTES = env_int("REACH_MAX_IMPORT_BYTES", 10_000_000)
+REACH_STEPS_PER_PAGE = env_int("REACH_STEPS_PER_PAGE", 500)
+REACH_SEED_DEMO = env_bool("REACH_SEED_DEMO", EMBEDDED_DATABASE)
+REACH_DEMO_PASSWORD = env_str("REACH_DEMO_PASSWORD")
+REACH_EMAIL_DOMAIN = env_str("REACH_EMAIL_DOMAIN", "example.com")
+REACH_TOOL_THREADS = env_int("REACH_TOOL_THREADS", 32)
+REACH_MAX_ABANDONED_THREADS = env_int("REACH_MAX_ABANDONED_THREADS", 16)
+
+# Email: a file backend under var/ by default (the demo's "sent" mail is readable).
+EMAIL_BACKEND = env_str(
+    "DJANGO_EMAIL_BACKEND", "django.core.mail.backends.filebased.EmailBackend"
+)
+EMAIL_FILE_PATH = str(VAR_DIR / "mail")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agent-reach@example.com")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "agents.api.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["agents.api.renderers.UnicodeJSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"user": env_str("REACH_API_RATE", "1200/min")},
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "EXCEPTION_HANDLER": "agents.api.errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent Reach API",
+    "DESCRIPTION": "Conversations, tasks, steps, tools, approvals and traces.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"redact": {"()": "agents.logging.RedactingFilter"}},
+    "formatters": {"json": {"()": "agents.logging.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json",
+            "filters": ["redact"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": env_str("REACH_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "openai": {"level": "WARNING"},
+    },
+}
+
+# Approvals: email approvers about new requests (off by default).
+REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
+REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
+# Traces: how long finished runs are kept (0 keeps them for ever).
+REACH_TRACE_RETENTION_DAYS = env_int("REACH_TRACE_RETENTION_DAYS", 0)

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from agents import views as chat
+from agents.api import views as api
+from approvals import api as approvals_api
+from approvals import views as approvals_views
+from reach_site.health import healthz
+from reach_site.metrics import metrics
+from traces import api as traces_api
+from traces import views as traces_views
+
+api_patterns = [
+    path("agents/", api.AgentList.as_view()),
+    path("tools/", api.ToolList.as_view()),
+    path("tools/<str:name>/versions/", api.ToolVersions.as_view()),
+    path("notes/", api.NoteList.as_view()),
+    path("conversations/", api.ConversationList.as_view()),
+    path("conversations/<uuid:conversation_id>/", api.ConversationDetail.as_view()),
+    path(
+        "conversations/<uuid:conversation_id>/messages/",
+        api.ConversationMessages.as_view(),
+    ),
+    path("tasks/", api.TaskList.as_view()),
+    path("tasks/<uuid:task_id>/", api.TaskDetail.as_view()),
+    path("tasks/<uuid:task_id>/steps/", api.TaskSteps.as_view()),
+    path("tasks/<uuid:task_id>/cancel/", api.TaskCancel.as_view()),
+    path("tasks/<uuid:task_id>/trace/", traces_api.TaskTrace.as_view()),
+    path("approvals/", approvals_api.ApprovalList.as_view()),
+    path(
+        "approvals/<uuid:approval_id>/decision/",
+        approvals_api.ApprovalDecision.as_view(),
+    ),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+]
+
+urlpatterns = [
+    path("", chat.chat, name="chat"),
+    path("c/<uuid:conversation_id>/", chat.chat, name="conversation"),
+    path("c/new/", chat.conversation_new, name="conversation-new"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("approvals/", approvals_views.queue, name="approvals"),
+    path("approvals/history/", approvals_views.history, name="approvals-history"),
+    path("traces/", traces_views.trace_list, name="traces"),
+    path("traces/<uuid:task_id>/", traces_views.trace_detail, name="trace"),
+    path("admin/", admin.site.urls),
+    path("api/", include(api_patterns)),
+    path("healthz", healthz),
+    path("metrics", metrics),
+]

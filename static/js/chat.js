@@ -1,0 +1,190 @@
+// The chat page: send messages, watch runs live, cancel them.
+import { api, isFinal, TaskStream, upsertStep } from "./taskstream.js";
+
+const root = document.getElementById("conversation");
+const turns = document.getElementById("turns");
+const form = document.getElementById("composer");
+const input = document.getElementById("message");
+const sendButton = document.getElementById("send");
+const errorBox = document.getElementById("composer-error");
+const streams = new Map();
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function setBusy(busy) {
+  if (!input) return;
+  input.disabled = busy;
+  sendButton.disabled = busy;
+  if (!busy) input.focus();
+}
+
+function showError(message) {
+  errorBox.textContent = message;
+  errorBox.classList.toggle("hidden", !message);
+}
+
+function bubble(role, text, extra) {
+  const div = el("div", `bubble ${role}${extra ? " " + extra : ""}`);
+  const body = el("div", "text", text);
+  div.append(body);
+  return div;
+}
+
+function taskBlock(task) {
+  const block = el("div", "task");
+  block.id = `task-${task.id}`;
+  const head = el("div", "task-head");
+  const badge = el("span", `badge status-${task.status}`, task.status);
+  badge.dataset.taskStatus = "";
+  const reason = el("span", "stop-reason muted small");
+  reason.dataset.stopReason = "";
+  const meta = el("span", "muted small");
+  meta.append(document.createTextNode(`${task.model || ""} · `));
+  const tokens = el("span", "", String(task.usage ? task.usage.total_tokens : 0));
+  tokens.dataset.tokens = "";
+  meta.append(tokens, document.createTextNode(" tokens"));
+  const trace = el("a", "small", "trace");
+  trace.href = `/traces/${task.id}/`;
+  const cancel = el("button", "link small cancel", "Cancel");
+  cancel.type = "button";
+  cancel.dataset.cancel = task.id;
+  head.append(badge, reason, meta, trace, cancel);
+  const steps = el("ol", "steps");
+  steps.dataset.steps = "";
+  block.append(head, steps);
+  return block;
+}
+
+function updateTask(article, task) {
+  article.dataset.status = task.status;
+  const badge = article.querySelector("[data-task-status]");
+  if (badge) {
+    badge.textContent = task.status;
+    badge.className = `badge status-${task.status}`;
+  }
+  const tokens = article.querySelector("[data-tokens]");
+  if (tokens && task.usage) tokens.textContent = String(task.usage.total_tokens);
+  const reason = article.querySelector("[data-stop-reason]");
+  if (reason) {
+    reason.textContent =
+      task.stop_reason && task.stop_reason !== "final_answer"
+        ? `stop reason: ${task.stop_reason}`
+        : "";
+  }
+  if (isFinal(task.status)) {
+    const cancel = article.querySelector("[data-cancel]");
+    if (cancel) cancel.remove();
+    if (!article.querySelector("[data-reply]")) {
+      const text =
+        task.final_answer !== null && task.final_answer !== undefined
+          ? task.final_answer
+          : task.error || `Stopped (${task.stop_reason}).`;
+      const reply = bubble("assistant", text, task.status === "succeeded" ? "" : "stopped");
+      reply.dataset.reply = "";
+      article.append(reply);
+    }
+    streams.delete(task.id);
+    setBusy(false);
+    scrollDown();
+  }
+}
+
+function scrollDown() {
+  if (turns) turns.scrollTop = turns.scrollHeight;
+  window.scrollTo(0, document.body.scrollHeight);
+}
+
+function watch(article) {
+  const taskId = article.dataset.task;
+  if (!taskId || streams.has(taskId)) return;
+  const list = article.querySelector("[data-steps]");
+  const stream = new TaskStream(taskId, {
+    afterRev: Number(article.dataset.rev || 0),
+    onStep: (message) => {
+      upsertStep(list, message.html);
+      article.dataset.rev = String(Math.max(Number(article.dataset.rev || 0), message.step.rev));
+      scrollDown();
+    },
+    onTask: (task) => updateTask(article, task),
+    onClose: () => showError("Live updates stopped: your session ended. Reload the page."),
+  });
+  streams.set(taskId, stream);
+}
+
+async function ensureConversation() {
+  if (root.dataset.conversation) return root.dataset.conversation;
+  const created = await api("POST", "/api/conversations/", { agent: root.dataset.agent });
+  if (!created.ok) throw new Error((created.data && created.data.error) || "Could not start a conversation.");
+  root.dataset.conversation = created.data.id;
+  history.replaceState(null, "", `/c/${created.data.id}/`);
+  return created.data.id;
+}
+
+async function send() {
+  const content = input.value.trim();
+  if (!content) return;
+  showError("");
+  setBusy(true);
+  try {
+    const conversationId = await ensureConversation();
+    const posted = await api("POST", `/api/conversations/${conversationId}/messages/`, { content });
+    if (posted.status === 409) {
+      throw new Error("The agent is still working on the previous message.");
+    }
+    if (!posted.ok) {
+      const data = posted.data || {};
+      throw new Error(data.content || data.error || data.detail || `Error ${posted.status}`);
+    }
+    const empty = document.getElementById("empty-state");
+    if (empty) empty.remove();
+    const article = el("article", "turn");
+    article.dataset.task = posted.data.task;
+    article.dataset.rev = "0";
+    article.dataset.status = "queued";
+    article.append(bubble("user", content));
+    article.append(taskBlock({ id: posted.data.task, status: "queued", model: "" }));
+    turns.append(article);
+    input.value = "";
+    scrollDown();
+    watch(article);
+  } catch (error) {
+    showError(error.message);
+    setBusy(false);
+  }
+}
+
+if (form) {
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    send();
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      send();
+    }
+  });
+}
+
+document.addEventListener("click", async (event) => {
+  const button = event.target.closest("[data-cancel]");
+  if (!button) return;
+  button.disabled = true;
+  const result = await api("POST", `/api/tasks/${button.dataset.cancel}/cancel/`);
+  if (!result.ok && result.status !== 409) {
+    showError((result.data && result.data.error) || "Could not cancel.");
+    button.disabled = false;
+  }
+});
+
+if (turns) {
+  for (const article of turns.querySelectorAll("article.turn[data-task]")) {
+    if (!isFinal(article.dataset.status)) watch(article);
+  }
+  scrollDown();
+}

@@ -1,0 +1,268 @@
+"""End to end through the real local model: the server subprocess, the real
+``openai`` SDK, temperature 0.
+
+Skipped when llama-cpp-python or the verified weights are not installed
+(``python -m agents.localmodel.install``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.localmodel import MODEL_ALIAS, install
+
+pytestmark = pytest.mark.localmodel
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_SECONDS = 240.0
+REQUEST_TIMEOUT_SECONDS = 120.0
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_notes",
+            "description": "Search the team's project notes by keyword",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "keyword": {"type": "string", "description": "the keyword"}
+                },
+                "required": ["keyword"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "calculate",
+            "description": "Evaluate an arithmetic expression",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "expression": {
+                        "type": "string",
+                        "description": "the arithmetic expression",
+                    }
+                },
+                "required": ["expression"],
+            },
+        },
+    },
+]
+QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
+NOTES = [
+    {
+        "title": "缓存改造",
+        "content": "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。",
+    }
+]
+
+_OPERATORS: dict[type, Any] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.USub: operator.neg,
+}
+
+
+def evaluate(expression: str) -> float:
+    """Evaluate plain arithmetic (numbers, + - * /, parentheses) safely."""
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](walk(node.operand))
+        raise ValueError(f"not plain arithmetic: {expression!r}")
+
+    return walk(ast.parse(expression.replace("×", "*"), mode="eval").body)
+
+
+def _skip_reason() -> str | None:
+    if not install.runtime_installed():
+        return "llama-cpp-python is not installed (python -m agents.localmodel.install)"
+    if not install.is_installed():
+        return (
+            f"the local model is not installed in {install.model_path().parent} "
+            "(python -m agents.localmodel.install)"
+        )
+    return None
+
+
+@pytest.fixture(scope="session")
+def local_model_url() -> Iterator[str]:
+    """Start ``python -m agents.localmodel.server`` on a free loopback port and
+    yield its ``/v1`` URL once it printed READY."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with tempfile.TemporaryFile(mode="w+", encoding="utf-8") as stderr:
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agents.localmodel.server",
+                "--model",
+                str(install.model_path()),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+        try:
+            url = _wait_for_ready(process, started + READY_TIMEOUT_SECONDS)
+            if url is None:
+                process.kill()
+                process.wait(timeout=30)
+                stderr.seek(0)
+                pytest.fail(
+                    f"local model server not READY within {READY_TIMEOUT_SECONDS:.0f}s"
+                    f" (exit {process.returncode}):\n{stderr.read()[-3000:]}"
+                )
+            print(f"\nlocal model server READY in {time.monotonic() - started:.1f}s")
+            yield url
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(timeout=30)
+
+
+def _wait_for_ready(process: subprocess.Popen[str], deadline: float) -> str | None:
+    """The URL from the server's READY line, or None when it exits or the deadline
+    passes first."""
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read_stdout() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read_stdout, daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            return None
+        if line is None:
+            return None
+        if line.startswith("READY "):
+            return line.split(maxsplit=1)[1].strip()
+
+
+@pytest.fixture(scope="session")
+def client(local_model_url: str) -> Any:
+    from openai import OpenAI
+
+    return OpenAI(
+        base_url=local_model_url,
+        api_key="local",
+        timeout=REQUEST_TIMEOUT_SECONDS,
+        max_retries=0,
+    )
+
+
+def ask(client: Any, messages: list[dict[str, Any]], *, tools: bool = True) -> Any:
+    """One chat completion at temperature 0 (tool_choice auto whenever tools go)."""
+    options: dict[str, Any] = {"tools": TOOLS, "tool_choice": "auto"} if tools else {}
+    started = time.monotonic()
+    response = client.chat.completions.create(
+        model=MODEL_ALIAS, messages=messages, temperature=0, **options
+    )
+    message = response.choices[0].message
+    calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
+    print(
+        f"{time.monotonic() - started:5.1f}s  "
+        f"prompt {response.usage.prompt_tokens} / "
+        f"completion {response.usage.completion_tokens} tokens  "
+        f"{calls or repr(message.content)}"
+    )
+    return response
+
+
+def test_models_endpoint_lists_the_local_model(client: Any) -> None:
+    assert [model.id for model in client.models.list().data] == [MODEL_ALIAS]
+
+
+def test_redis_question_searches_then_calculates_then_answers(client: Any) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+
+    first = ask(client, messages)
+    assert first.choices[0].finish_reason == "tool_calls"
+    [search] = first.choices[0].message.tool_calls
+    assert search.function.name == "search_notes"
+    assert "redis" in json.loads(search.function.arguments)["keyword"].lower()
+    messages.append(first.choices[0].message.model_dump(exclude_none=True))
+    messages.append(
+        {
+            "role": "tool",
+            "tool_call_id": search.id,
+            "content": json.dumps(NOTES, ensure_ascii=False),
+        }
+    )
+
+    second = ask(client, messages)
+    assert second.choices[0].finish_reason == "tool_calls"
+    [calculation] = second.choices[0].message.tool_calls
+    assert calculation.function.name == "calculate"
+    expression = json.loads(calculation.function.arguments)["expression"]
+    assert evaluate(expression) == 1088
+    messages.append(second.choices[0].message.model_dump(exclude_none=True))
+    messages.append(
+        {
+            "role": "tool",
+            "tool_call_id": calculation.id,
+            "content": json.dumps({"expression": expression, "result": 1088}),
+        }
+    )
+
+    third = ask(client, messages)
+    answer = third.choices[0].message
+    assert third.choices[0].finish_reason == "stop"
+    assert not answer.tool_calls
+    assert "1088" in (answer.content or "").replace(",", "")
+
+
+def test_greeting_gets_a_text_answer_without_tool_calls(client: Any) -> None:
+    response = ask(client, [{"role": "user", "content": "你好！"}])
+    message = response.choices[0].message
+    assert response.choices[0].finish_reason == "stop"
+    assert not message.tool_calls
+    assert message.content and message.content.strip()
+
+
+def test_plain_chat_without_tools_answers_in_text(client: Any) -> None:
+    response = ask(
+        client,
+        [{"role": "user", "content": "What is 2 + 3? Reply briefly."}],
+        tools=False,
+    )
+    assert "5" in (response.choices[0].message.content or "")
