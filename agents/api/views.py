@@ -38,7 +38,7 @@ def paginate(request: Request, items: QuerySet[Any] | list[Any]) -> tuple[list[A
         limit = int(request.query_params.get("limit", DEFAULT_LIMIT))
         offset = int(request.query_params.get("offset", 0))
     except ValueError as exc:
-        raise ApiValidationError({"limit": "limit and offset are integers."}) from exc
+        raise ApiValidationError({"limit": ["limit and offset are integers."]}) from exc
     limit = max(1, min(limit, MAX_LIMIT))
     offset = max(0, offset)
     page = list(items[offset : offset + limit + 1])
@@ -85,7 +85,7 @@ class ToolList(APIView):
         if not can_register_tools(request.user):
             raise PermissionDenied("Only admins register tools.")
         if not isinstance(request.data, dict):
-            raise ApiValidationError({"detail": "Send a tool definition object."})
+            raise ApiValidationError({"detail": ["Send a tool definition object."]})
         try:
             tool = tool_from_definition(request.data)
             tool, changed = tool_save(tool=tool, user=request.user)
@@ -164,11 +164,11 @@ class ConversationList(APIView):
         if name:
             agent = Agent.objects.filter(name=name).first()
             if agent is None:
-                raise ApiValidationError({"agent": f"No agent named '{name}'."})
+                raise ApiValidationError({"agent": [f"No agent named '{name}'."]})
         else:
             agent = Agent.objects.filter(is_default=True).first() or Agent.objects.first()
             if agent is None:
-                raise ApiValidationError({"agent": "No agent is configured."})
+                raise ApiValidationError({"agent": ["No agent is configured."]})
         conversation = runs.conversation_create(owner=request.user, agent=agent)
         return Response(conversation_payload(conversation), status=status.HTTP_201_CREATED)
 
@@ -196,7 +196,7 @@ class ConversationMessages(APIView):
         conversation = _own_conversation(request, conversation_id)
         content = request.data.get("content") if isinstance(request.data, dict) else None
         if not isinstance(content, str) or not content.strip():
-            raise ApiValidationError({"content": "Send the message text as content."})
+            raise ApiValidationError({"content": ["Send the message text as content."]})
         try:
             task = runs.task_start(conversation=conversation, content=content)
         except runs.ConversationBusy as busy:
@@ -208,7 +208,7 @@ class ConversationMessages(APIView):
                 status=status.HTTP_409_CONFLICT,
             )
         except ValueError as exc:
-            raise ApiValidationError({"content": str(exc)}) from exc
+            raise ApiValidationError({"content": [str(exc)]}) from exc
         return Response({"task": str(task.pk)}, status=status.HTTP_202_ACCEPTED)
 
 
@@ -242,7 +242,7 @@ class TaskSteps(APIView):
         try:
             after = int(request.query_params.get("after", 0))
         except ValueError as exc:
-            raise ApiValidationError({"after": "after is an integer rev."}) from exc
+            raise ApiValidationError({"after": ["after is an integer rev."]}) from exc
         steps = task.steps.filter(rev__gt=after).order_by("rev")
         return Response({"steps": [redacted(step_payload(s)) for s in steps]})
 

@@ -102,8 +102,8 @@ class Journal(Protocol):
         """Active (not parked) wall-clock seconds of the run so far."""
         ...
 
-    def park(self) -> None:
-        """The run waits for humans; release it."""
+    def park(self) -> bool:
+        """The run waits for humans: release it. False if nothing waits any more."""
         ...
 
     def finish(
@@ -149,8 +149,11 @@ class Engine:
                 self._execute(journal, steps, runnable, snap)
                 continue
             if any(s.status is StepStatus.WAITING_APPROVAL for s in turn):
-                journal.park()
-                return Outcome.PARKED
+                if journal.park():
+                    return Outcome.PARKED
+                # Decided while this run was busy: reload and go on.
+                steps = list(journal.snapshot().steps)
+                continue
 
             reason = self._stop_reason(journal, steps, snap)
             if reason is not None:

@@ -1,11 +1,17 @@
-"""Qwen2.5 ChatML tool calling for OpenAI-style chat requests, in pure Python.
+"""Tool calling for Qwen2.5-Coder-Instruct in ChatML, in pure Python.
 
-This module knows nothing about llama.cpp: it renders OpenAI chat messages and tool
-definitions into the prompt Qwen2.5-Coder-Instruct was trained on (its native
-``<tools>`` / ``<tool_call>`` / ``<tool_response>`` conventions), builds a GBNF grammar
-that lets the model answer either in plain text or with one or more tool calls whose
-arguments follow each tool's JSON schema, and parses the generated text back into an
-OpenAI ``chat.completion`` dict.
+This module knows nothing about llama.cpp. It renders OpenAI chat messages and tool
+definitions into a ChatML prompt, builds a GBNF grammar that lets the model answer
+either with a text message or with one or more tool calls whose arguments follow each
+tool's JSON schema, and parses the generated text back into an OpenAI
+``chat.completion`` dict.
+
+The reply convention is the one of llama-cpp-python's ``chatml-function-calling``
+format: a reply starts with ``message:`` (text) or ``functions.<name>:`` followed by
+the JSON arguments. Qwen2.5-Coder makes that choice reliably, whereas with Qwen's
+native ``<tool_call>`` convention it answers with fenced JSON (measured: even a
+greeting comes back as a JSON "call"). Tool results go back as Qwen's
+``<tool_response>`` blocks in a user turn.
 
 The prompt is returned as segments: template text, which may hold control tokens such
 as ``<|im_start|>``, and content (messages, tool results, tool definitions), which the
@@ -26,26 +32,28 @@ from typing import Any, NamedTuple
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 END_OF_TEXT = "<|endoftext|>"
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
 TOOL_RESPONSE_OPEN = "<tool_response>"
 TOOL_RESPONSE_CLOSE = "</tool_response>"
 STOP_STRINGS: tuple[str, ...] = (IM_END, END_OF_TEXT)
+MESSAGE_PREFIX = "message:"
+FUNCTION_PREFIX = "functions."
 
-DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+DEFAULT_SYSTEM = "You are a helpful assistant."
 MAX_TOOL_CALLS = 8
 
-# Qwen2.5's own chat template words for the tools section, kept verbatim: the model
-# was trained on exactly this text.
-TOOLS_HEADER = (
-    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query."
-    "\n\nYou are provided with function signatures within <tools></tools> XML tags:"
-    "\n<tools>"
-)
-TOOLS_FOOTER = (
-    "\n</tools>\n\nFor each function call, return a json object with function name "
-    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+TOOLS_INTRO = "\n\nYou have access to the following functions:\n"
+TOOLS_USAGE = (
+    "\n\nYou can respond to users messages with either a single message or one or "
+    "more function calls."
+    "\n\nTo respond with a message begin the message with 'message:', use the "
+    "following format:"
+    "\n\nmessage:\n<message>"
+    "\n\nTo respond with one or more function calls begin the message with "
+    "'functions.<function_name>:', use the following format:"
+    "\n\nfunctions.<function_name>:"
+    '\n{ "arg1": "value1", "arg2": "value2" }'
+    "\nfunctions.<function_name>:"
+    '\n{ "arg1": "value1", "arg2": "value2" }'
 )
 
 JSON_RULES: dict[str, str] = {
@@ -105,6 +113,7 @@ class RequestPlan:
     grammar: str | None
     tool_names: list[str]
     tool_choice: ToolChoice
+    tool_mode: bool
 
     @property
     def prompt(self) -> str:
@@ -195,31 +204,48 @@ def resolve_tool_choice(
 # ------------------------------------------------------------------------ rendering
 
 
-def _tool_call_json(call: Mapping[str, Any]) -> str:
-    function = call.get("function", call)
-    name = str(function.get("name", ""))
-    raw = function.get("arguments", "{}")
-    arguments: Any = raw
+def _arguments_json(call: Mapping[str, Any]) -> str:
+    raw = call.get("arguments", "{}")
     if isinstance(raw, str):
         try:
-            arguments = json.loads(raw) if raw.strip() else {}
+            return json.dumps(
+                json.loads(raw) if raw.strip() else {}, ensure_ascii=False
+            )
         except ValueError:
-            arguments = raw
-    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+            return raw
+    return json.dumps(raw, ensure_ascii=False)
+
+
+def uses_tools(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+) -> bool:
+    """True when the request offers tools or its history holds tool calls or results:
+    then the ``message:`` / ``functions.<name>:`` convention is used."""
+    return bool(tools) or any(
+        message.get("role") in ("tool", "function")
+        or message.get("tool_calls")
+        or message.get("function_call")
+        for message in messages
+    )
 
 
 def render_prompt(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
     *,
+    tool_mode: bool | None = None,
     add_generation_prompt: bool = True,
 ) -> list[Segment]:
-    """Render OpenAI chat messages (and tools) as Qwen2.5 ChatML prompt segments.
+    """Render OpenAI chat messages (and tools) as ChatML prompt segments.
 
-    Follows Qwen2.5's chat template: tools are listed in the system turn, assistant
-    tool calls are ``<tool_call>`` blocks, and consecutive ``tool`` messages become one
-    user turn of ``<tool_response>`` blocks.
+    In tool mode (the default when there are tools or tool messages), the system turn
+    lists the tools as ``functions.<name>:`` with description and parameter schema,
+    assistant turns are written ``message:`` + text and ``functions.<name>:`` + JSON
+    arguments, and consecutive ``tool`` messages become one user turn of
+    ``<tool_response>`` blocks. Otherwise the prompt is plain ChatML.
     """
+    if tool_mode is None:
+        tool_mode = uses_tools(messages, tools or ())
     segments: list[Segment] = []
 
     def template(text: str) -> None:
@@ -235,12 +261,19 @@ def render_prompt(
         system = content_text(rest.pop(0).get("content"))
     template(f"{IM_START}system\n")
     content(system)
-    if tools:
-        template(TOOLS_HEADER)
+    if tool_mode and tools:
+        template(TOOLS_INTRO)
         for tool in tools:
+            function = tool["function"]
+            parameters = function.get("parameters") or {}
+            lines = [f"{FUNCTION_PREFIX}{function['name']}:"]
+            if function.get("description"):
+                lines.append(str(function["description"]))
+            lines.append(json.dumps(parameters, ensure_ascii=False))
             template("\n")
-            content(json.dumps(tool, ensure_ascii=False))
-        template(TOOLS_FOOTER)
+            content("\n".join(lines))
+            template("\n")
+        template(TOOLS_USAGE)
     template(f"{IM_END}\n")
 
     index = 0
@@ -255,16 +288,20 @@ def render_prompt(
         elif role == "assistant":
             template(f"{IM_START}assistant\n")
             text = content_text(message.get("content"))
-            content(text)
             calls = list(message.get("tool_calls") or ())
             if not calls and message.get("function_call"):
                 calls = [{"function": message["function_call"]}]
+            if text and tool_mode:
+                template(f"{MESSAGE_PREFIX}\n")
+            content(text)
             for number, call in enumerate(calls):
+                function = call.get("function", call)
                 if text or number:
                     template("\n")
-                template(f"{TOOL_CALL_OPEN}\n")
-                content(_tool_call_json(call))
-                template(f"\n{TOOL_CALL_CLOSE}")
+                template(FUNCTION_PREFIX)
+                content(str(function.get("name", "")))
+                template(":\n")
+                content(_arguments_json(function))
             template(f"{IM_END}\n")
         elif role in ("tool", "function"):
             template(f"{IM_START}user")
@@ -572,13 +609,9 @@ def _tool_call_rules(grammar: Grammar, tools: Sequence[Mapping[str, Any]]) -> st
             arguments = gbnf_literal("{}")
         else:
             arguments = SchemaConverter(grammar, parameters).visit(parameters, rule)
-        head = gbnf_literal(
-            '{"name": ' + json.dumps(tool_name, ensure_ascii=False) + ', "arguments": '
-        )
-        calls.append(grammar.add(f"call-{tool_name}", f'{head} {arguments} "}}"'))
-    open_ = gbnf_literal(f"{TOOL_CALL_OPEN}\n")
-    close = gbnf_literal(f"\n{TOOL_CALL_CLOSE}")
-    return grammar.add("tool-call", f"{open_} ({' | '.join(calls)}) {close}")
+        head = gbnf_literal(f"{FUNCTION_PREFIX}{tool_name}:\n")
+        calls.append(grammar.add(f"call-{tool_name}", f"{head} {arguments}"))
+    return grammar.add("tool-call", " | ".join(calls))
 
 
 def response_format_schema(response_format: Any) -> Any:
@@ -598,41 +631,55 @@ def build_grammar(
     tools: Sequence[Mapping[str, Any]],
     tool_choice: ToolChoice,
     response_format: Any = None,
+    *,
+    tool_mode: bool | None = None,
 ) -> str | None:
     """Return the GBNF grammar for a request, or ``None`` for unconstrained text.
 
-    With tools and ``auto``, the output is a text answer (never containing
-    ``<tool_call>``), one to ``MAX_TOOL_CALLS`` tool calls, or text followed by tool
-    calls; each call names an offered tool and its arguments follow that tool's
-    schema. ``required`` allows only calls; a named function exactly one call of it.
-    A ``response_format`` JSON schema constrains the text answer.
+    In tool mode a reply is ``message:`` and text (which never contains a line
+    starting ``functions.``), or one to ``MAX_TOOL_CALLS`` calls
+    ``functions.<name>:`` + arguments following that tool's schema, or a message
+    followed by calls. ``required`` allows only calls, a named function exactly one
+    call of it, ``none`` only a message. A ``response_format`` JSON schema constrains
+    the text. Without tools the text is free unless a ``response_format`` asks for
+    JSON.
     """
+    if tool_mode is None:
+        tool_mode = bool(tools)
     grammar = Grammar()
     schema = response_format_schema(response_format)
-    text: str | None = None
+    answer: str | None = None
     if schema is not None:
-        text = SchemaConverter(grammar, schema).visit(schema, "answer")
-    if not tools or tool_choice.mode == "none":
-        if text is None:
+        answer = SchemaConverter(grammar, schema).visit(schema, "answer")
+    if not tool_mode:
+        if answer is None:
             return None
-        grammar.define("root", text)
+        grammar.define("root", answer)
+        return grammar.render()
+    if answer is None:
+        text = _excluding_rules(grammar, "text", f"\n{FUNCTION_PREFIX}")
+        message = grammar.add("message", f"{gbnf_literal(MESSAGE_PREFIX)} {text}")
+    else:
+        head = gbnf_literal(f"{MESSAGE_PREFIX}\n")
+        message = grammar.add("message", f"{head} {answer}")
+    if not tools or tool_choice.mode == "none":
+        grammar.define("root", message)
         return grammar.render()
     if tool_choice.mode == "function":
         chosen = [t for t in tools if t["function"]["name"] == tool_choice.name]
-        grammar.define("root", _tool_call_rules(grammar, chosen))
+        grammar.define("root", f'{_tool_call_rules(grammar, chosen)} "\\n"?')
         return grammar.render()
     call = _tool_call_rules(grammar, tools)
+    # A newline may follow the last call: the model often ends a call with "}\n",
+    # and must then still be free to stop rather than be forced into another call.
     calls = grammar.add(
-        "tool-calls", f'{call} ("\\n" {call}){{0,{MAX_TOOL_CALLS - 1}}}'
+        "tool-calls",
+        f'{call} ("\\n" {call}){{0,{MAX_TOOL_CALLS - 1}}} "\\n"?',
     )
     if tool_choice.mode == "required":
         grammar.define("root", calls)
-        return grammar.render()
-    if text is not None:
-        grammar.define("root", f"{calls} | {text}")
-        return grammar.render()
-    text = _excluding_rules(grammar, "text", TOOL_CALL_OPEN)
-    grammar.define("root", f"{calls} | {text} | {text} {calls}")
+    else:
+        grammar.define("root", f'{calls} | {message} | {message} "\\n" {calls}')
     return grammar.render()
 
 
@@ -649,20 +696,20 @@ def plan_request(
     offered = normalize_tools(tools, functions)
     choice = resolve_tool_choice(offered, tool_choice, function_call)
     shown = offered if choice.mode != "none" else []
+    tool_mode = uses_tools(messages, shown)
     return RequestPlan(
-        segments=render_prompt(messages, shown),
-        grammar=build_grammar(shown, choice, response_format),
+        segments=render_prompt(messages, shown, tool_mode=tool_mode),
+        grammar=build_grammar(shown, choice, response_format, tool_mode=tool_mode),
         tool_names=[tool["function"]["name"] for tool in shown],
         tool_choice=choice,
+        tool_mode=tool_mode,
     )
 
 
 # -------------------------------------------------------------------------- parsing
 
-_TOOL_CALL_BLOCK = re.compile(
-    re.escape(TOOL_CALL_OPEN) + r"\s*(.*?)\s*(?:" + re.escape(TOOL_CALL_CLOSE) + "|$)",
-    re.DOTALL,
-)
+_CALL_HEAD = re.compile(r"\s*" + re.escape(FUNCTION_PREFIX) + r"([^\s:]+):\s*")
+_DECODER = json.JSONDecoder()
 
 
 def new_tool_call_id() -> str:
@@ -670,58 +717,70 @@ def new_tool_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def _parse_call(block: str, tool_names: Sequence[str]) -> dict[str, Any] | str:
-    try:
-        payload = json.loads(block)
-    except ValueError as error:
-        return f"tool call is not valid JSON ({error}): {block[:200]}"
-    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
-        return f"tool call has no name: {block[:200]}"
-    name = payload["name"]
-    if name not in tool_names:
-        return f"tool call names unknown tool {name!r}"
-    arguments = payload.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            return f"arguments of {name} are not JSON: {arguments[:200]}"
-    if not isinstance(arguments, dict):
-        return f"arguments of {name} are not an object"
-    return {
-        "id": new_tool_call_id(),
-        "type": "function",
-        "function": {
-            "name": name,
-            "arguments": json.dumps(arguments, ensure_ascii=False),
-        },
-    }
-
-
-def parse_completion(text: str, tool_names: Sequence[str] = ()) -> ParsedReply:
-    """Split generated text into content and tool calls.
-
-    ``<tool_call>`` blocks naming one of ``tool_names`` with JSON arguments become
-    OpenAI tool calls; text before the first block is the content. A block that does
-    not parse (for example cut off by ``max_tokens``) is reported in ``errors``; when
-    no block parses, the whole text is returned as content so nothing is lost.
-    """
-    start = text.find(TOOL_CALL_OPEN) if tool_names else -1
-    if start < 0:
-        return ParsedReply(content=text.strip() or None)
+def _parse_calls(
+    text: str, tool_names: Sequence[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
     calls: list[dict[str, Any]] = []
     errors: list[str] = []
-    for match in _TOOL_CALL_BLOCK.finditer(text, start):
-        parsed = _parse_call(match.group(1), tool_names)
-        if isinstance(parsed, str):
-            errors.append(parsed)
+    seen: set[tuple[str, str]] = set()
+    position = 0
+    while position < len(text) and text[position:].strip():
+        head = _CALL_HEAD.match(text, position)
+        if head is None:
+            errors.append(f"unexpected text after the calls: {text[position:][:200]!r}")
+            break
+        name = head.group(1)
+        try:
+            arguments, position = _DECODER.raw_decode(text, head.end())
+        except ValueError as error:
+            errors.append(f"arguments of {name} are not valid JSON ({error})")
+            break
+        if name not in tool_names:
+            errors.append(f"call names unknown tool {name!r}")
+        elif not isinstance(arguments, dict):
+            errors.append(f"arguments of {name} are not an object")
         else:
-            calls.append(parsed)
+            encoded = json.dumps(arguments, ensure_ascii=False)
+            # Drop a repeat of the same call in one reply: a looping small model.
+            if (name, encoded) not in seen:
+                seen.add((name, encoded))
+                calls.append(
+                    {
+                        "id": new_tool_call_id(),
+                        "type": "function",
+                        "function": {"name": name, "arguments": encoded},
+                    }
+                )
+    return calls, errors
+
+
+def parse_completion(
+    text: str, tool_names: Sequence[str] = (), *, tool_mode: bool = True
+) -> ParsedReply:
+    """Split generated text into content and tool calls.
+
+    In tool mode the text after ``message:`` is the content, and each
+    ``functions.<name>:`` with JSON arguments naming one of ``tool_names`` becomes an
+    OpenAI tool call (repeats of the same call are dropped). A call that does not
+    parse (for example cut off by ``max_tokens``) is reported in ``errors``; when no
+    call parses the whole text is returned as content, so nothing is lost.
+    """
+    if not tool_mode:
+        return ParsedReply(content=text.strip() or None)
+    body = text.lstrip()
+    content: str | None = None
+    if body.startswith(MESSAGE_PREFIX):
+        body = body[len(MESSAGE_PREFIX) :]
+        cut = body.find(f"\n{FUNCTION_PREFIX}") if tool_names else -1
+        if cut < 0:
+            return ParsedReply(content=body.strip() or None)
+        content, body = body[:cut].strip() or None, body[cut + 1 :]
+    elif not (tool_names and body.startswith(FUNCTION_PREFIX)):
+        return ParsedReply(content=text.strip() or None)
+    calls, errors = _parse_calls(body, tool_names)
     if not calls:
         return ParsedReply(content=text.strip() or None, errors=errors)
-    return ParsedReply(
-        content=text[:start].strip() or None, tool_calls=calls, errors=errors
-    )
+    return ParsedReply(content=content, tool_calls=calls, errors=errors)
 
 
 def build_chat_completion(

@@ -130,7 +130,9 @@ def reach_tools_chat_handler(
         logit_bias=logit_bias,
     )
     choice = completion["choices"][0]
-    reply = chatformat.parse_completion(choice["text"], plan.tool_names)
+    reply = chatformat.parse_completion(
+        choice["text"], plan.tool_names, tool_mode=plan.tool_mode
+    )
     for error in reply.errors:
         logger.warning("local model: %s", error)
     usage = completion.get("usage") or {}

@@ -10,7 +10,19 @@ from agents.demo import demo_password, seed_demo
 class Command(BaseCommand):
     help = "Create the demo agent, tools, notes and users (only what is missing)."
 
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--if-enabled",
+            action="store_true",
+            help="Only when REACH_SEED_DEMO is on (default: with the embedded SQLite).",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
+        from django.conf import settings
+
+        if options["if_enabled"] and not settings.REACH_SEED_DEMO:
+            self.stdout.write("REACH_SEED_DEMO is off: no demo data.")
+            return
         created = seed_demo()
         if created:
             self.stdout.write("Created: " + ", ".join(created))

@@ -1,0 +1,1054 @@
+"""A scripted OpenAI-compatible chat-completions server for the test suite.
+
+Real HTTP on loopback, spoken to by the real ``openai`` SDK, built only on the
+standard library (no Django). A *handler* decides each answer::
+
+    with ScriptedModel(Script([tool_call("calculate", {"expression": "1 + 1"}),
+                               text("2")])) as model:
+        client = openai.OpenAI(base_url=model.base_url, api_key="test")
+        ...
+
+Endpoints: ``POST /v1/chat/completions`` (non-streaming) and ``GET /v1/models``.
+Every response carries a unique ``x-request-id`` header. Requests are validated
+the way the real API does it (messages present, tool messages answering the
+tool calls of the assistant message right before them, every tool call
+answered, a bearer token), so engine bugs surface as ``400``/``401``.
+
+Also runnable as a process for tests whose worker lives elsewhere::
+
+    python -m tests.support.scripted_model --port 0 --script redis
+    # prints "READY http://127.0.0.1:PORT/v1" and serves until SIGTERM
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import itertools
+import json
+import re
+import secrets
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, TypeAlias
+
+__all__ = [
+    "MODEL_ID",
+    "EchoScript",
+    "ErrorReply",
+    "Handler",
+    "RedisScript",
+    "Reply",
+    "Script",
+    "ScriptedModel",
+    "ToolCall",
+    "delay",
+    "error",
+    "hang",
+    "main",
+    "text",
+    "tool_call",
+    "tool_calls",
+    "validate_chat_request",
+]
+
+MODEL_ID = "scripted-model"
+EXHAUSTED_TEXT = "(script exhausted)"
+REDIS_QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
+GREETING_TEXT = "你好！我可以搜索项目笔记并计算预算。"
+
+
+# Replies ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One function call the model asks for.
+
+    ``arguments`` is sent exactly as given (it is the JSON text the API carries);
+    ``call_id`` ``None`` means a fresh ``call_...`` id is made for every answer.
+    """
+
+    name: str
+    arguments: str
+    call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A successful completion: text, tool calls, or both.
+
+    ``delay_s`` sleeps before answering; ``hang`` never answers (the request
+    waits until the server stops, then the connection is dropped).
+    """
+
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    delay_s: float = 0.0
+    hang: bool = False
+
+    @property
+    def finish_reason(self) -> str:
+        """``"tool_calls"`` when the reply calls tools, else ``"stop"``."""
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    """An HTTP error with an OpenAI-style body ``{"error": {...}}``."""
+
+    status: int
+    message: str
+    type: str = "server_error"
+    code: str | None = None
+    param: str | None = None
+    retry_after: float | None = None
+    delay_s: float = 0.0
+
+
+AnyReply: TypeAlias = Reply | ErrorReply
+Handler: TypeAlias = Callable[[dict[str, Any]], AnyReply]
+ScriptStep: TypeAlias = Reply | ErrorReply | Callable[[dict[str, Any]], AnyReply]
+
+_ERROR_KINDS: dict[int, tuple[str, str | None]] = {
+    400: ("invalid_request_error", None),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("invalid_request_error", "unsupported_country_region_territory"),
+    404: ("invalid_request_error", "model_not_found"),
+    409: ("invalid_request_error", None),
+    422: ("invalid_request_error", None),
+    429: ("requests", "rate_limit_exceeded"),
+}
+
+
+def text(content: str) -> Reply:
+    """A plain text answer (``finish_reason: "stop"``)."""
+    return Reply(content=content)
+
+
+def _arguments_text(arguments: Mapping[str, Any] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(dict(arguments), ensure_ascii=False)
+
+
+def tool_call(
+    name: str, arguments: Mapping[str, Any] | str, call_id: str | None = None
+) -> Reply:
+    """A reply calling one tool.
+
+    A mapping is JSON-encoded (``ensure_ascii=False``); a string is sent raw, so
+    malformed JSON can be tested.
+    """
+    return Reply(tool_calls=(ToolCall(name, _arguments_text(arguments), call_id),))
+
+
+def tool_calls(
+    calls: Iterable[
+        tuple[str, Mapping[str, Any] | str]
+        | tuple[str, Mapping[str, Any] | str, str | None]
+    ],
+) -> Reply:
+    """A reply calling several tools at once: ``[(name, args[, call_id]), ...]``."""
+    made: list[ToolCall] = []
+    for call in calls:
+        name, arguments = call[0], call[1]
+        call_id = call[2] if len(call) > 2 else None
+        made.append(ToolCall(name, _arguments_text(arguments), call_id))
+    return Reply(tool_calls=tuple(made))
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    retry_after: float | None = None,
+    type: str | None = None,
+    code: str | None = None,
+) -> ErrorReply:
+    """An HTTP error reply; ``retry_after`` adds a ``retry-after`` header.
+
+    ``type``/``code`` default to what OpenAI sends for that status (``429`` →
+    ``requests``/``rate_limit_exceeded``, ``5xx`` → ``server_error``, ...).
+    """
+    default_type, default_code = _ERROR_KINDS.get(status, ("server_error", None))
+    return ErrorReply(
+        status=status,
+        message=message,
+        type=type or default_type,
+        code=code if code is not None else default_code,
+        retry_after=retry_after,
+    )
+
+
+def delay(seconds: float, reply: AnyReply) -> AnyReply:
+    """``reply``, answered after sleeping ``seconds`` more (other requests go on)."""
+    return dataclasses.replace(reply, delay_s=reply.delay_s + seconds)
+
+
+def hang() -> Reply:
+    """A reply that never comes: the request waits until the server stops."""
+    return Reply(hang=True)
+
+
+# Conversation helpers ---------------------------------------------------------
+
+
+def content_text(content: Any) -> str:
+    """The text of a message ``content`` (a string, ``None`` or a parts list)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                parts.append(str(part.get("text") or part.get("refusal") or ""))
+            else:
+                parts.append(str(part))
+        return "".join(parts)
+    return str(content)
+
+
+def _messages(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    messages = request.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [m for m in messages if isinstance(m, dict)]
+
+
+def last_user_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
+    """Index of the last ``user`` message, or ``None``."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].get("role") == "user":
+            return index
+    return None
+
+
+def last_user_text(request: Mapping[str, Any]) -> str:
+    """The text of the last ``user`` message of a request ("" if none)."""
+    messages = _messages(request)
+    index = last_user_index(messages)
+    return "" if index is None else content_text(messages[index].get("content"))
+
+
+def tool_names_by_call_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """``tool_call_id -> function name`` over every assistant message."""
+    names: dict[str, str] = {}
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, Mapping):
+                function = call.get("function") or {}
+                if isinstance(function, Mapping):
+                    names[str(call.get("id"))] = str(function.get("name") or "")
+    return names
+
+
+# Validation -------------------------------------------------------------------
+
+_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+@dataclass(frozen=True)
+class ValidationFailure:
+    """Why a request would be rejected with ``400``."""
+
+    message: str
+    param: str | None = None
+
+
+def _check_tool_calls(index: int, calls: Any) -> ValidationFailure | list[str]:
+    where = f"messages[{index}].tool_calls"
+    if not isinstance(calls, list):
+        return ValidationFailure(
+            f"Invalid type for '{where}': expected an array.", where
+        )
+    ids: list[str] = []
+    for number, call in enumerate(calls):
+        at = f"{where}[{number}]"
+        if not isinstance(call, Mapping):
+            return ValidationFailure(
+                f"Invalid type for '{at}': expected an object.", at
+            )
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            return ValidationFailure(f"Missing required parameter: '{at}.id'.", at)
+        if call.get("type") != "function":
+            return ValidationFailure(
+                f"Invalid value for '{at}.type': expected 'function'.", at
+            )
+        function = call.get("function")
+        if not isinstance(function, Mapping):
+            return ValidationFailure(
+                f"Missing required parameter: '{at}.function'.", at
+            )
+        if not isinstance(function.get("name"), str) or not function.get("name"):
+            return ValidationFailure(
+                f"Missing required parameter: '{at}.function.name'.", at
+            )
+        if not isinstance(function.get("arguments"), str):
+            return ValidationFailure(
+                f"Invalid type for '{at}.function.arguments': expected a string.", at
+            )
+        ids.append(call_id)
+    return ids
+
+
+def _unanswered(pending: list[str]) -> ValidationFailure:
+    return ValidationFailure(
+        "An assistant message with 'tool_calls' must be followed by tool messages "
+        "responding to each 'tool_call_id'. The following tool_call_ids did not "
+        f"have response messages: {', '.join(pending)}",
+        "messages",
+    )
+
+
+def validate_chat_request(body: Any) -> ValidationFailure | None:
+    """What the real API would reject in a chat-completions body, or ``None``.
+
+    Tool messages must directly follow (in a run of tool messages) an assistant
+    message whose ``tool_calls`` contain their ``tool_call_id``, and every such
+    call must be answered before the next non-tool message.
+    """
+    if not isinstance(body, dict):
+        return ValidationFailure("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        return ValidationFailure("You must provide a model parameter.", "model")
+    if body.get("stream"):
+        return ValidationFailure(
+            "The scripted model does not support stream=true.", "stream"
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return ValidationFailure(
+            "Invalid 'messages': expected a non-empty array of messages.", "messages"
+        )
+    block_ids: set[str] | None = None  # ids of the open assistant tool_calls block
+    pending: list[str] = []
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, Mapping):
+            return ValidationFailure(f"Invalid type for '{where}': expected an object.")
+        role = message.get("role")
+        if role not in _ROLES:
+            return ValidationFailure(
+                f"Invalid value for '{where}.role': {role!r}.", f"{where}.role"
+            )
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                return ValidationFailure(
+                    f"Missing required parameter: '{where}.tool_call_id'.",
+                    f"{where}.tool_call_id",
+                )
+            if block_ids is None:
+                return ValidationFailure(
+                    "Invalid parameter: messages with role 'tool' must be a response "
+                    "to a preceeding message with 'tool_calls'.",
+                    f"{where}.role",
+                )
+            if call_id not in block_ids:
+                return ValidationFailure(
+                    f"Invalid parameter: '{where}.tool_call_id' {call_id!r} does not "
+                    "match any tool call of the preceding assistant message.",
+                    f"{where}.tool_call_id",
+                )
+            if call_id in pending:
+                pending.remove(call_id)
+            continue
+        if pending:
+            return _unanswered(pending)
+        block_ids = None
+        if role == "assistant" and message.get("tool_calls"):
+            checked = _check_tool_calls(index, message.get("tool_calls"))
+            if isinstance(checked, ValidationFailure):
+                return checked
+            block_ids = set(checked)
+            pending = list(checked)
+    if pending:
+        return _unanswered(pending)
+    return None
+
+
+# Ready-made handlers ----------------------------------------------------------
+
+
+class RecordingHandler:
+    """Base for handlers that keep every request they answered in ``requests``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: dict[str, Any]) -> AnyReply:
+        with self._lock:
+            self.requests.append(request)
+        return self.respond(request)
+
+    def respond(self, request: dict[str, Any]) -> AnyReply:
+        """The answer to ``request`` (subclasses implement this)."""
+        raise NotImplementedError
+
+
+class Script(RecordingHandler):
+    """Answers with ``replies`` in order, then ``text("(script exhausted)")``.
+
+    Each step is a reply or a ``callable(request) -> reply``. Thread-safe: each
+    request takes the next step exactly once.
+    """
+
+    def __init__(self, replies: Iterable[ScriptStep]) -> None:
+        super().__init__()
+        self._steps: list[ScriptStep] = list(replies)
+        self._next = 0
+
+    def __call__(self, request: dict[str, Any]) -> AnyReply:
+        with self._lock:  # record and take the step together: requests[i] ↔ step i
+            self.requests.append(request)
+            step = self._take()
+        return self._resolve(step, request)
+
+    def respond(self, request: dict[str, Any]) -> AnyReply:
+        with self._lock:
+            step = self._take()
+        return self._resolve(step, request)
+
+    def _take(self) -> ScriptStep | None:
+        if self._next >= len(self._steps):
+            return None
+        step = self._steps[self._next]
+        self._next += 1
+        return step
+
+    @staticmethod
+    def _resolve(step: ScriptStep | None, request: dict[str, Any]) -> AnyReply:
+        if step is None:
+            return text(EXHAUSTED_TEXT)
+        if isinstance(step, Reply | ErrorReply):
+            return step
+        return step(request)
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted steps have not been used yet."""
+        with self._lock:
+            return len(self._steps) - self._next
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every scripted step was used."""
+        return self.remaining == 0
+
+
+class EchoScript(RecordingHandler):
+    """Answers ``prefix + <last user message>`` (smoke tests)."""
+
+    def __init__(self, prefix: str = "echo: ") -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def respond(self, request: dict[str, Any]) -> AnyReply:
+        return text(f"{self.prefix}{last_user_text(request)}")
+
+
+_EXPRESSION_AFTER = re.compile(r"预算表达式为\s*[:：]?\s*([^。]+)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_ARITHMETIC = re.compile(r"[\d.\s()（）+\-*/×÷]+")
+_ASCII_OPERATORS = str.maketrans({"×": "*", "÷": "/", "（": "(", "）": ")"})
+_FOLLOW_UP_OPERATORS: tuple[tuple[str, str], ...] = (
+    ("再加上", "+"),
+    ("再加", "+"),
+    ("加上", "+"),
+    ("再减去", "-"),
+    ("再减", "-"),
+    ("减去", "-"),
+    ("再乘以", "*"),
+    ("再乘", "*"),
+    ("乘以", "*"),
+    ("再除以", "/"),
+    ("再除", "/"),
+    ("除以", "/"),
+)
+
+
+def _parse_tool_content(content: Any) -> Any:
+    """A tool message's JSON, unwrapped from the engine's ``{"result", "note"}``
+    and ``{"truncated", "partial_result"}`` envelopes; raw text if not JSON."""
+    raw = content_text(content)
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        return raw
+    if isinstance(value, dict):
+        if "partial_result" in value and value.get("truncated"):
+            return str(value["partial_result"])
+        if "result" in value and "expression" not in value and "error" not in value:
+            return value["result"]
+    return value
+
+
+def _format_number(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class RedisScript(RecordingHandler):
+    """A deterministic fake model for the demo question (``REDIS_QUESTION``).
+
+    It reacts to the conversation it is sent, keeping no state between requests,
+    so any number of concurrent conversations work:
+
+    * a user message mentioning Redis with no tool result after it →
+      ``search_notes({"keyword": "Redis"})``;
+    * latest tool result from ``search_notes`` → ``calculate`` with the
+      expression after 「预算表达式为」 in the first note mentioning Redis;
+    * latest tool result from ``calculate`` → the final answer naming the note
+      title (found again in the search result) and the result;
+    * a tool result ``{"error": ...}`` → a text saying the tool failed;
+    * a follow-up such as 「刚才的总和再加 12 是多少？」 → ``calculate`` on the
+      previous answer's number and the new number; another arithmetic question
+      → ``calculate`` on it; anything else → a greeting.
+
+    With ``require_tools`` (default) it only calls tools the request offers in
+    ``tools`` and calls none when ``tool_choice`` is ``"none"``, like a real
+    model; otherwise it says in text that it cannot.
+    """
+
+    def __init__(self, *, require_tools: bool = True) -> None:
+        super().__init__()
+        self.require_tools = require_tools
+
+    # The decision -------------------------------------------------------------
+
+    def respond(self, request: dict[str, Any]) -> AnyReply:
+        messages = _messages(request)
+        user_index = last_user_index(messages)
+        if user_index is None:
+            return text(GREETING_TEXT)
+        question = content_text(messages[user_index].get("content"))
+        turn = messages[user_index + 1 :]
+        names = tool_names_by_call_id(messages)
+        tool_messages = [m for m in turn if m.get("role") == "tool"]
+        if not tool_messages:
+            return self._first_move(request, messages[:user_index], question)
+        latest = tool_messages[-1]
+        name = names.get(str(latest.get("tool_call_id")), "")
+        value = _parse_tool_content(latest.get("content"))
+        if isinstance(value, dict) and "error" in value:
+            label = name or "工具"
+            return text(f"调用 {label} 失败：{value['error']}")
+        if name == "search_notes" or (not name and isinstance(value, list)):
+            return self._after_search(request, value)
+        if name == "calculate" or (
+            not name and isinstance(value, dict) and "expression" in value
+        ):
+            return self._after_calculate(messages, question, value)
+        return text(
+            f"工具 {name or '(unknown)'} 返回了：{content_text(latest.get('content'))}"
+        )
+
+    def _call(
+        self, request: Mapping[str, Any], name: str, args: dict[str, Any]
+    ) -> Reply:
+        if self.require_tools:
+            offered = {
+                str((tool.get("function") or {}).get("name"))
+                for tool in request.get("tools") or []
+                if isinstance(tool, Mapping)
+                and isinstance(tool.get("function"), Mapping)
+            }
+            if request.get("tool_choice") == "none" or name not in offered:
+                return text(f"我需要 {name} 工具才能回答，但当前不能使用它。")
+        return tool_call(name, args)
+
+    def _first_move(
+        self,
+        request: Mapping[str, Any],
+        earlier: Sequence[Mapping[str, Any]],
+        question: str,
+    ) -> AnyReply:
+        if "redis" in question.lower():
+            return self._call(request, "search_notes", {"keyword": "Redis"})
+        expression = self._follow_up_expression(earlier, question)
+        if expression is not None:
+            return self._call(request, "calculate", {"expression": expression})
+        return text(GREETING_TEXT)
+
+    @staticmethod
+    def _follow_up_expression(
+        earlier: Sequence[Mapping[str, Any]], question: str
+    ) -> str | None:
+        numbers = _NUMBER.findall(question)
+        if not numbers:
+            return None
+        for word, symbol in _FOLLOW_UP_OPERATORS:
+            if word in question:
+                previous = None
+                for message in reversed(earlier):
+                    if message.get("role") == "assistant":
+                        found = _NUMBER.findall(content_text(message.get("content")))
+                        if found:
+                            previous = found[-1]
+                            break
+                if previous is None:
+                    return None
+                return f"{previous} {symbol} {numbers[-1]}"
+        candidates = [
+            c.strip()
+            for c in _ARITHMETIC.findall(question)
+            if re.search(r"\d", c) and re.search(r"[+\-*/×÷]", c)
+        ]
+        if not candidates:
+            return None
+        best: str = max(candidates, key=len)
+        return best.translate(_ASCII_OPERATORS)
+
+    @staticmethod
+    def _redis_note(value: Any) -> tuple[str | None, str | None]:
+        """``(title, expression)`` of the first note mentioning Redis."""
+        if isinstance(value, list):
+            for note in value:
+                if not isinstance(note, Mapping):
+                    continue
+                title = str(note.get("title") or "")
+                body = str(note.get("content") or "")
+                if "redis" in f"{title}\n{body}".lower():
+                    match = _EXPRESSION_AFTER.search(body) or _EXPRESSION_AFTER.search(
+                        title
+                    )
+                    return title, match.group(1).strip() if match else None
+            return None, None
+        raw = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        at = raw.lower().find("redis")
+        if at < 0:
+            return None, None
+        match = _EXPRESSION_AFTER.search(raw, at)
+        titles = re.findall(r'"title"\s*:\s*"([^"]*)"', raw[:at])
+        return (titles[-1] if titles else None), (
+            match.group(1).strip() if match else None
+        )
+
+    def _after_search(self, request: Mapping[str, Any], value: Any) -> AnyReply:
+        title, expression = self._redis_note(value)
+        if title is None and expression is None:
+            return text("项目笔记里没有找到提到 Redis 的方案。")
+        if expression is None:
+            return text(f"提到 Redis 的方案是「{title}」，但其中没有预算表达式。")
+        return self._call(request, "calculate", {"expression": expression})
+
+    def _after_calculate(
+        self, messages: Sequence[Mapping[str, Any]], question: str, value: Any
+    ) -> AnyReply:
+        if isinstance(value, dict):
+            expression = str(value.get("expression", ""))
+            result = _format_number(value.get("result"))
+        else:
+            expression, result = "", _format_number(value)
+        if "redis" in question.lower():
+            title = self._title_from_search(messages)
+            if title is not None:
+                return text(
+                    f"提到 Redis 的方案是「{title}」，预算表达式 {expression} "
+                    f"的总和是 {result}。"
+                )
+        if expression:
+            return text(f"{expression} 的结果是 {result}。")
+        return text(f"结果是 {result}。")
+
+    def _title_from_search(self, messages: Sequence[Mapping[str, Any]]) -> str | None:
+        """The Redis note's title, found again in the latest search result."""
+        names = tool_names_by_call_id(messages)
+        for message in reversed(messages):
+            if message.get("role") != "tool":
+                continue
+            name = names.get(str(message.get("tool_call_id")), "")
+            value = _parse_tool_content(message.get("content"))
+            if name == "search_notes" or (not name and isinstance(value, list)):
+                title, _ = self._redis_note(value)
+                if title:
+                    return title
+        return None
+
+
+# The server -------------------------------------------------------------------
+
+
+def usage_for(request: Mapping[str, Any], reply: Reply) -> dict[str, int]:
+    """Deterministic token counts: characters // 4 + 1 on each side."""
+    prompt_chars = sum(len(content_text(m.get("content"))) for m in _messages(request))
+    completion_chars = len(reply.content or "") + sum(
+        len(c.name) + len(c.arguments) for c in reply.tool_calls
+    )
+    prompt = prompt_chars // 4 + 1
+    completion = completion_chars // 4 + 1
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    scripted: ScriptedModel
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "ScriptedModel/1.0"
+    server: _Server
+
+    # plumbing -----------------------------------------------------------------
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.scripted._track(self.connection, add=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.scripted._track(self.connection, add=False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.scripted.verbose:
+            super().log_message(format, *args)
+
+    def _send_json(
+        self,
+        status: int,
+        payload: Any,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-request-id", self.server.scripted._new_request_id())
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+
+    def _send_error(self, reply: ErrorReply) -> None:
+        headers: dict[str, str] = {}
+        if reply.retry_after is not None:
+            seconds = reply.retry_after
+            headers["retry-after"] = (
+                str(int(seconds)) if float(seconds).is_integer() else str(seconds)
+            )
+        payload = {
+            "error": {
+                "message": reply.message,
+                "type": reply.type,
+                "param": reply.param,
+                "code": reply.code,
+            }
+        }
+        self._send_json(reply.status, payload, headers)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _authorized(self) -> bool:
+        value = self.headers.get("Authorization") or ""
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return True
+        self._send_error(
+            error(
+                401,
+                "You didn't provide an API key. You need to provide your API key in "
+                "an Authorization header using Bearer auth.",
+            )
+        )
+        return False
+
+    # routes -------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if not self._authorized():
+            return
+        if path == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [_model_card()]})
+        elif path == f"/v1/models/{MODEL_ID}":
+            self._send_json(200, _model_card())
+        else:
+            self._not_found()
+
+    def do_POST(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        body = self._read_body()
+        if not self._authorized():
+            return
+        if path != "/v1/chat/completions":
+            self._not_found()
+            return
+        self.server.scripted._chat(self, body)
+
+    def _not_found(self) -> None:
+        self._send_error(
+            error(404, f"Unknown request URL: {self.command} {self.path}.", code=None)
+        )
+
+
+def _model_card() -> dict[str, Any]:
+    return {
+        "id": MODEL_ID,
+        "object": "model",
+        "created": 0,
+        "owned_by": "agent-reach-tests",
+    }
+
+
+class ScriptedModel:
+    """The scripted chat-completions server (see the module docstring).
+
+    ``handler`` defaults to ``EchoScript()``; it and ``latency_s`` (a sleep added
+    to every completion answer) may be swapped while the server runs. Requests
+    and validation failures are recorded in ``requests`` / ``rejections``.
+    """
+
+    def __init__(
+        self,
+        handler: Handler | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        latency_s: float = 0.0,
+        verbose: bool = False,
+    ) -> None:
+        self.handler: Handler = handler if handler is not None else EchoScript()
+        self.host = host
+        self.port = port
+        self.latency_s = latency_s
+        self.verbose = verbose
+        self.requests: list[dict[str, Any]] = []
+        self.rejections: list[str] = []
+        self._lock = threading.Lock()
+        self._counter = itertools.count(1)
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
+
+    # lifecycle ----------------------------------------------------------------
+
+    def start(self) -> ScriptedModel:
+        """Bind and serve in a daemon thread; returns ``self``."""
+        if self._server is not None:
+            raise RuntimeError("ScriptedModel is already started")
+        self._stopping.clear()
+        server = _Server((self.host, self.port), _RequestHandler)
+        server.scripted = self
+        self._server = server
+        self.port = int(server.server_address[1])
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"scripted-model:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: wake hanging/sleeping requests and close connections."""
+        server = self._server
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> ScriptedModel:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether the server is serving."""
+        return self._server is not None
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1`` for ``openai.OpenAI(base_url=...)``."""
+        if self._server is None:
+            raise RuntimeError("ScriptedModel is not started")
+        return f"http://{self.host}:{self.port}/v1"
+
+    # internals ----------------------------------------------------------------
+
+    def _track(self, connection: socket.socket, *, add: bool) -> None:
+        with self._lock:
+            if add:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def _new_request_id(self) -> str:
+        return f"req_{next(self._counter)}_{secrets.token_hex(6)}"
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep without blocking others; ``False`` if the server stopped."""
+        if seconds <= 0:
+            return not self._stopping.is_set()
+        return not self._stopping.wait(seconds)
+
+    def _chat(self, http: _RequestHandler, raw: bytes) -> None:
+        try:
+            body: Any = json.loads(raw.decode("utf-8")) if raw else None
+        except ValueError as exc:
+            self._reject(http, ValidationFailure(f"The body is not valid JSON: {exc}"))
+            return
+        if isinstance(body, dict):
+            with self._lock:
+                self.requests.append(body)
+        failure = validate_chat_request(body)
+        if failure is not None:
+            self._reject(http, failure)
+            return
+        try:
+            reply = self.handler(body)
+        except Exception as exc:  # a broken script should fail loudly, not hang
+            traceback.print_exc(file=sys.stderr)
+            reply = error(500, f"The scripted handler raised {exc!r}.")
+        if isinstance(reply, Reply) and reply.hang:
+            self._stopping.wait()
+            http.close_connection = True
+            return
+        if not self._sleep(self.latency_s + reply.delay_s):
+            http.close_connection = True
+            return
+        if isinstance(reply, ErrorReply):
+            http._send_error(reply)
+            return
+        http._send_json(200, self._completion(body, reply))
+
+    def _reject(self, http: _RequestHandler, failure: ValidationFailure) -> None:
+        with self._lock:
+            self.rejections.append(failure.message)
+        if not self._sleep(self.latency_s):
+            http.close_connection = True
+            return
+        http._send_error(
+            ErrorReply(
+                status=400,
+                message=failure.message,
+                type="invalid_request_error",
+                param=failure.param,
+            )
+        )
+
+    def _completion(self, request: Mapping[str, Any], reply: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.content,
+            "refusal": None,
+        }
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.call_id or f"call_{secrets.token_hex(12)}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in reply.tool_calls
+            ]
+        return {
+            "id": f"chatcmpl-{next(self._counter)}{secrets.token_hex(8)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": str(request.get("model")),
+            "system_fingerprint": "fp_scripted",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": reply.finish_reason,
+                }
+            ],
+            "usage": usage_for(request, reply),
+        }
+
+
+# Process mode -----------------------------------------------------------------
+
+SCRIPTS: dict[str, Callable[[], Handler]] = {
+    "redis": RedisScript,
+    "echo": EchoScript,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tests.support.scripted_model``: serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--script", choices=sorted(SCRIPTS), default="redis")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per answer")
+    parser.add_argument("--verbose", action="store_true", help="log each request")
+    options = parser.parse_args(argv)
+
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    model = ScriptedModel(
+        SCRIPTS[options.script](),
+        host=options.host,
+        port=options.port,
+        latency_s=options.latency,
+        verbose=options.verbose,
+    )
+    model.start()
+    print(f"READY {model.base_url}", flush=True)
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        model.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
