@@ -705,6 +705,7 @@ def usage_for(request: Mapping[str, Any], reply: Reply) -> dict[str, int]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128
     allow_reuse_address = True
     scripted: ScriptedModel
 

@@ -10,10 +10,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import openai
 import pytest
@@ -79,7 +79,10 @@ def serve() -> Iterator[Callable[..., tuple[ScriptedModel, openai.OpenAI]]]:
 
 
 def ask(client: openai.OpenAI, messages: list[dict[str, Any]], **extra: Any) -> Any:
-    return client.chat.completions.create(model="gpt-test", messages=messages, **extra)
+    """One chat completion for ``messages`` (plain dicts, as the engine sends)."""
+    return client.chat.completions.create(
+        model="gpt-test", messages=cast(Any, messages), **extra
+    )
 
 
 def user(content: str) -> list[dict[str, Any]]:
@@ -375,7 +378,7 @@ def test_missing_bearer_token_is_401(serve: Callable[..., Any]) -> None:
 def run_dialogue(
     client: openai.OpenAI,
     messages: list[dict[str, Any]],
-    tools: dict[str, Callable[[dict[str, Any]], Any]],
+    tools: Mapping[str, Callable[[dict[str, Any]], Any]],
     max_rounds: int = 6,
 ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
     """Play the agent loop: run the tools the model asks for until it answers."""
@@ -412,7 +415,10 @@ def fake_calculate(arguments: dict[str, Any]) -> Any:
     }
 
 
-FAKE_TOOLS = {"search_notes": fake_search, "calculate": fake_calculate}
+FAKE_TOOLS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "search_notes": fake_search,
+    "calculate": fake_calculate,
+}
 
 
 def test_redis_script_full_dialogue_and_follow_up(serve: Callable[..., Any]) -> None:
