@@ -1,0 +1,187 @@
+"""Real processes: a Celery worker, daphne and the scripted model, on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.redis_server import BundledRedis, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy, or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(interval)
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen[str] | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def start(self) -> Proc:
+        self.process = subprocess.Popen(
+            self.argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+
+    def wait_line(self, text: str, timeout: float = 60) -> str:
+        def found() -> str | None:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited:\n" + "\n".join(self.lines[-40:]))
+            return next((line for line in self.lines if text in line), None)
+
+        return str(wait_for(found, timeout))
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    redis: BundledRedis
+    web_url: str = ""
+    model_url: str = ""
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    def start_worker(self, name: str = "worker", concurrency: int = 8) -> Proc:
+        proc = Proc(
+            name,
+            [
+                sys.executable, "-m", "celery", "-A", "reach_site", "worker",
+                "-P", "threads", "-c", str(concurrency), "-Q", "reach",
+                "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "-l", "INFO", "-n", f"{name}-{time.monotonic_ns()}@%h",
+            ],
+            self.env,
+        ).start()
+        proc.wait_line("ready", timeout=60)
+        self.procs[name] = proc
+        return proc
+
+    def start_beat(self) -> Proc:
+        schedule = Path(self.env["REACH_VAR_DIR"]) / "celerybeat-schedule"
+        proc = Proc(
+            "beat",
+            [sys.executable, "-m", "celery", "-A", "reach_site", "beat", "-l", "INFO",
+             "-s", str(schedule)],
+            self.env,
+        ).start()
+        proc.wait_line("beat: Starting", timeout=60)
+        self.procs["beat"] = proc
+        return proc
+
+    def start_web(self) -> Proc:
+        port = free_port()
+        proc = Proc(
+            "web",
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+             "reach_site.asgi:application"],
+            self.env,
+        ).start()
+        self.web_url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(self.web_url + "/healthz"), timeout=60)
+        self.procs["web"] = proc
+        return proc
+
+    def start_model(self, script: str = "redis", latency: float = 0.0) -> Proc:
+        port = free_port()
+        proc = Proc(
+            "model",
+            [sys.executable, "-m", "tests.support.scripted_model", "--port", str(port),
+             "--script", script, "--latency", str(latency)],
+            self.env,
+        ).start()
+        proc.wait_line("READY", timeout=30)
+        self.model_url = f"http://127.0.0.1:{port}/v1"
+        self.env["OPENAI_BASE_URL"] = self.model_url
+        self.procs["model"] = proc
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            proc.stop()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def stack(
+    transactional_db: Any, bundled_redis: BundledRedis, tmp_path: Path, settings: Any
+) -> Iterator[Stack]:
+    """Environment for subprocesses sharing this test's database and Redis."""
+    from django.db import connection
+
+    db_name = connection.settings_dict["NAME"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db_name}",
+        "REDIS_URL": bundled_redis.url,
+        "REACH_VAR_DIR": str(tmp_path),
+        "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_MODEL": "scripted-model",
+        "REACH_LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("OPENAI_BASE_URL", None)
+    stack = Stack(env=env, redis=bundled_redis)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        from agents.services.runtime import redis_client
+
+        redis_client().flushdb()
