@@ -149,6 +149,9 @@ else:
         }
         _default_db["CONN_MAX_AGE"] = 0
     EMBEDDED_DATABASE = False
+if env_str("REACH_TEST_DB_NAME"):
+    # Lets parallel test runs (several checkouts, CI) use separate test databases.
+    _default_db["TEST"] = {"NAME": env_str("REACH_TEST_DB_NAME")}
 DATABASES = {"default": _default_db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
