@@ -192,7 +192,7 @@ if BEHIND_TLS_PROXY:
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env_int("REACH_HSTS_SECONDS", 31536000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
-    SECURE_HSTS_PRELOAD = False
+    SECURE_HSTS_PRELOAD = env_bool("REACH_HSTS_PRELOAD", True)
 
 # Redis: REDIS_URL, else the embedded server the launcher started (var/redis.url).
 REDIS_URL = env_str("REDIS_URL") or _var_file("redis.url") or "redis://127.0.0.1:6399/0"

@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents.api import schema
 from agents.models import Agent, Conversation, Note, Task, Tool
 from agents.payloads import (
     conversation_payload,
@@ -32,7 +33,9 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 
 
-def paginate(request: Request, items: QuerySet[Any] | list[Any]) -> tuple[list[Any], dict[str, str]]:
+def paginate(
+    request: Request, items: QuerySet[Any] | list[Any]
+) -> tuple[list[Any], dict[str, str]]:
     """Apply ``?limit=`` and ``?offset=``; return the page and a Link header."""
     try:
         limit = int(request.query_params.get("limit", DEFAULT_LIMIT))
@@ -58,6 +61,7 @@ def redacted(data: Any) -> Any:
 
 
 class AgentList(APIView):
+    @extend_schema(responses=schema.AgentSchema(many=True))
     def get(self, request: Request) -> Response:
         agents = Agent.objects.prefetch_related("tools").order_by("name")
         page, headers = paginate(request, agents)
@@ -77,10 +81,15 @@ class AgentList(APIView):
 
 
 class ToolList(APIView):
+    @extend_schema(responses=schema.ToolSchema(many=True))
     def get(self, request: Request) -> Response:
         page, headers = paginate(request, Tool.objects.order_by("name"))
         return Response([tool_definition(t) for t in page], headers=headers)
 
+    @extend_schema(
+        request=schema.ToolSchema,
+        responses={201: schema.ToolSchema, 200: schema.ToolSchema},
+    )
     def post(self, request: Request) -> Response:
         if not can_register_tools(request.user):
             raise PermissionDenied("Only admins register tools.")
@@ -96,6 +105,7 @@ class ToolList(APIView):
 
 
 class ToolVersions(APIView):
+    @extend_schema(responses=schema.ToolVersionSchema(many=True))
     def get(self, request: Request, name: str) -> Response:
         tool = Tool.objects.filter(name=name).first()
         if tool is None:
@@ -117,14 +127,18 @@ class ToolVersions(APIView):
 
 
 class NoteList(APIView):
+    @extend_schema(responses=schema.NoteSchema(many=True))
     def get(self, request: Request) -> Response:
         notes = Note.objects.order_by("-created_at", "-id")
         query = request.query_params.get("q", "").strip()
         if query:
-            notes = notes.filter(Q(title__icontains=query) | Q(content__icontains=query))
+            notes = notes.filter(
+                Q(title__icontains=query) | Q(content__icontains=query)
+            )
         page, headers = paginate(request, notes)
         return Response([_note(n) for n in page], headers=headers)
 
+    @extend_schema(request=schema.NoteSchema, responses={201: schema.NoteSchema})
     def post(self, request: Request) -> Response:
         user = request.user
         if not (can_register_tools(user) or can_audit(user)):
@@ -152,6 +166,10 @@ def _note(note: Note) -> dict[str, Any]:
 
 
 class ConversationList(APIView):
+    @extend_schema(
+        responses=schema.ConversationSchema(many=True),
+        operation_id="conversations_list",
+    )
     def get(self, request: Request) -> Response:
         conversations = Conversation.objects.filter(owner=request.user).select_related(
             "agent"
@@ -159,6 +177,10 @@ class ConversationList(APIView):
         page, headers = paginate(request, conversations.order_by("-updated_at"))
         return Response([conversation_payload(c) for c in page], headers=headers)
 
+    @extend_schema(
+        request=schema.ConversationCreateSchema,
+        responses={201: schema.ConversationSchema},
+    )
     def post(self, request: Request) -> Response:
         name = request.data.get("agent") if isinstance(request.data, dict) else None
         if name:
@@ -166,11 +188,15 @@ class ConversationList(APIView):
             if agent is None:
                 raise ApiValidationError({"agent": [f"No agent named '{name}'."]})
         else:
-            agent = Agent.objects.filter(is_default=True).first() or Agent.objects.first()
+            agent = (
+                Agent.objects.filter(is_default=True).first() or Agent.objects.first()
+            )
             if agent is None:
                 raise ApiValidationError({"agent": ["No agent is configured."]})
         conversation = runs.conversation_create(owner=request.user, agent=agent)
-        return Response(conversation_payload(conversation), status=status.HTTP_201_CREATED)
+        return Response(
+            conversation_payload(conversation), status=status.HTTP_201_CREATED
+        )
 
 
 def _own_conversation(request: Request, conversation_id: str) -> Conversation:
@@ -185,16 +211,22 @@ def _own_conversation(request: Request, conversation_id: str) -> Conversation:
 
 
 class ConversationDetail(APIView):
+    @extend_schema(responses=schema.ConversationDetailSchema)
     def get(self, request: Request, conversation_id: str) -> Response:
         conversation = _own_conversation(request, conversation_id)
         return Response(redacted(conversation_payload(conversation, messages=True)))
 
 
 class ConversationMessages(APIView):
-    @extend_schema(request={"application/json": {"type": "object"}})
+    @extend_schema(
+        request=schema.MessageCreateSchema,
+        responses={202: schema.TaskRefSchema, 409: schema.TaskRefSchema},
+    )
     def post(self, request: Request, conversation_id: str) -> Response:
         conversation = _own_conversation(request, conversation_id)
-        content = request.data.get("content") if isinstance(request.data, dict) else None
+        content = (
+            request.data.get("content") if isinstance(request.data, dict) else None
+        )
         if not isinstance(content, str) or not content.strip():
             raise ApiValidationError({"content": ["Send the message text as content."]})
         try:
@@ -225,6 +257,7 @@ def visible_task(request: Request, task_id: str) -> Task:
 
 
 class TaskList(APIView):
+    @extend_schema(responses=schema.TaskSchema(many=True), operation_id="tasks_list")
     def get(self, request: Request) -> Response:
         tasks = Task.objects.filter(owner=request.user).select_related("agent", "owner")
         page, headers = paginate(request, tasks.order_by("-created_at"))
@@ -232,11 +265,13 @@ class TaskList(APIView):
 
 
 class TaskDetail(APIView):
+    @extend_schema(responses=schema.TaskSchema)
     def get(self, request: Request, task_id: str) -> Response:
         return Response(redacted(task_payload(visible_task(request, task_id))))
 
 
 class TaskSteps(APIView):
+    @extend_schema(responses=schema.StepsSchema)
     def get(self, request: Request, task_id: str) -> Response:
         task = visible_task(request, task_id)
         try:
@@ -248,6 +283,9 @@ class TaskSteps(APIView):
 
 
 class TaskCancel(APIView):
+    @extend_schema(
+        request=None, responses={202: schema.TaskSchema, 409: schema.ErrorSchema}
+    )
     def post(self, request: Request, task_id: str) -> Response:
         task = visible_task(request, task_id)
         user = request.user
