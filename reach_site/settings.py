@@ -196,7 +196,7 @@ if BEHIND_TLS_PROXY:
 
 # Redis: REDIS_URL, else the embedded server the launcher started (var/redis.url).
 REDIS_URL = env_str("REDIS_URL") or _var_file("redis.url") or "redis://127.0.0.1:6399/0"
-EMBEDDED_REDIS = not env_str("REDIS_URL")
+EMBEDDED_REDIS = env_bool("REACH_EMBEDDED_REDIS", not env_str("REDIS_URL"))
 
 CHANNEL_LAYERS = {
     "default": {
@@ -216,6 +216,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "reach"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": REACH_TASK_HARD_LIMIT_S * 2,
     "socket_timeout": 5,
@@ -230,7 +231,7 @@ CELERY_WORKER_CONCURRENCY = env_int("REACH_WORKER_CONCURRENCY", 64)
 OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or _var_file("model.url")
 OPENAI_API_KEY = env_str("OPENAI_API_KEY") or "local-model-no-key"
 OPENAI_MODEL = env_str("OPENAI_MODEL") or "qwen2.5-coder-1.5b-instruct"
-LOCAL_MODEL = not env_str("OPENAI_BASE_URL")
+LOCAL_MODEL = env_bool("REACH_LOCAL_MODEL", not env_str("OPENAI_BASE_URL"))
 REACH_MODEL_TIMEOUT_S = env_float("REACH_MODEL_TIMEOUT_S", 120.0)
 REACH_MODEL_CONNECT_TIMEOUT_S = env_float("REACH_MODEL_CONNECT_TIMEOUT_S", 5.0)
 REACH_MODEL_MAX_RETRIES = env_int("REACH_MODEL_MAX_RETRIES", 3)

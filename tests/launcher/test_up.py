@@ -156,12 +156,13 @@ class Launcher:
             "the launcher's banner",
             self.log,
         )
-        return wait_until(
-            lambda: (pids := self.pids()) and set(CHILDREN) <= set(pids) and pids,
+        wait_until(
+            lambda: set(CHILDREN) <= set(self.pids()),
             START_TIMEOUT_S,
             "every child in var/up.pids",
             self.log,
         )
+        return self.pids()
 
     def interrupt(self) -> int:
         """SIGINT the launcher (as Ctrl-C would) and return its exit code."""

@@ -83,7 +83,7 @@ class StopRequested(Exception):
     """SIGINT/SIGTERM arrived while starting up."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Child:
     """One supervised process: what to run and how to tell that it is ready.
 
@@ -136,8 +136,11 @@ class Output:
     def block(self, lines: list[str]) -> None:
         """Write several lines together, unprefixed (the banner)."""
         with self.lock:
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
+            try:
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
 
 
 # --- small helpers --------------------------------------------------------------
@@ -252,7 +255,10 @@ def is_ours(pid: int, name: str) -> bool:
     markers = MARKERS.get(name)
     if not markers or not pid_alive(pid):
         return False
-    cmdline = " ".join(pid_cmdline(pid))
+    argv = pid_cmdline(pid)
+    if name == "launcher":
+        return any(arg.endswith("manage.py") for arg in argv) and "up" in argv
+    cmdline = " ".join(argv)
     return all(marker in cmdline for marker in markers)
 
 
@@ -608,7 +614,7 @@ class Command(BaseCommand):
         }
         failure: str | None = None
         try:
-            self.start_all(supervisor, plan, options)
+            self.start_all(supervisor, plan)
             out.block(banner(plan))
             supervisor.supervise()
         except StopRequested:
@@ -662,11 +668,10 @@ class Command(BaseCommand):
         )
         return plan
 
-    def start_all(
-        self, supervisor: Supervisor, plan: Plan, options: dict[str, Any]
-    ) -> None:
-        """Start redis, the model, web, worker and beat, each ready before the
-        next."""
+    def start_all(self, supervisor: Supervisor, plan: Plan) -> None:
+        """Start redis, then the model, each ready before the next; then web,
+        worker and beat (in that order, without waiting between them), and wait
+        until all three are ready."""
         env = plan.child_env
         var_dir = plan.var_dir
         if plan.embedded_redis:
@@ -688,6 +693,9 @@ class Command(BaseCommand):
             env["OPENAI_BASE_URL"] = plan.model_url
         else:
             env.pop("OPENAI_BASE_URL", None)
+        # The URLs above are set either way; these say where they came from.
+        env["REACH_EMBEDDED_REDIS"] = "1" if plan.embedded_redis else "0"
+        env["REACH_LOCAL_MODEL"] = "1" if plan.local_model else "0"
 
         python = sys.executable
         host, port = plan.host, plan.port
