@@ -29,7 +29,7 @@ up: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo --if-enabled
 	@if [ -z "$$OPENAI_BASE_URL" ]; then $(PY) -m agents.localmodel.install; fi
-	$(PY) manage.py up
+	exec $(PY) manage.py up
 
 # Debian's chromium for the browser tests (Playwright drives it; no download).
 chromium:

@@ -9,7 +9,12 @@ from approvals.models import ApprovalRequest
 
 
 def approval_payload(approval: ApprovalRequest) -> dict[str, Any]:
-    approved_by = [v.user.get_username() for v in approval.votes.all()]
+    # Votes count for the arguments they approved; an edit after a vote resets it.
+    approved_by = [
+        v.user.get_username()
+        for v in approval.votes.all()
+        if v.arguments_hash == approval.arguments_hash
+    ]
     return {
         "id": str(approval.id),
         "task": str(approval.task_id),

@@ -17,8 +17,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agents.engine.canonical import canonical_hash
-from agents.engine.policy import render_preview
-from agents.engine.spec import StepStatus
+from agents.engine.policy import decide, render_preview
+from agents.engine.spec import Decision, StepStatus
 from agents.engine.validation import InvalidArguments, validate_arguments
 from agents.models import Step, Task
 from agents.services import notify
@@ -152,7 +152,13 @@ def approval_decide(
     if decision == "mark_done" and approval.kind != ApprovalRequest.Kind.RECOVERY:
         raise DecisionError("mark_done applies to recovery requests only.", 400)
 
+    if approval.kind == ApprovalRequest.Kind.RECOVERY and arguments is not None:
+        raise DecisionError(
+            "A recovery request retries the call as it was; it cannot be edited.", 400
+        )
+
     with transaction.atomic():
+        # Lock order: the task row first (see the module docstring).
         task = Task.objects.select_for_update().get(pk=approval.task_id)
         current = ApprovalRequest.objects.get(pk=approval.pk)
         now = timezone.now()
@@ -161,12 +167,23 @@ def approval_decide(
         if current.expires_at <= now:
             raise DecisionError("This request has expired.", 409)
 
+        # The model's proposal stays the reference for every edit and its diff.
+        original = (
+            current.proposed_arguments
+            if current.proposed_arguments is not None
+            else current.arguments
+        )
         final_args = current.arguments
-        edited = False
         if decision == "approve" and arguments is not None:
             final_args = _validated_edit(task, current, arguments)
-            edited = canonical_hash(final_args) != current.arguments_hash
         final_hash = canonical_hash(final_args)
+        edited = final_hash != canonical_hash(original)
+        edit_fields: dict[str, Any] = {
+            "arguments": final_args,
+            "arguments_hash": final_hash,
+            "proposed_arguments": original if edited else None,
+            "diff": _diff(original, final_args) if edited else None,
+        }
 
         if decision == "approve":
             try:
@@ -176,21 +193,13 @@ def approval_decide(
                     )
             except IntegrityError:
                 raise DecisionError("You already approved this request.", 409) from None
+            # Only votes for exactly these arguments count.
             votes = ApprovalVote.objects.filter(
                 approval=current, arguments_hash=final_hash
             ).count()
             if votes < current.approvals_required:
                 # First of two approvers: record the vote, stay pending.
-                won = _swap(
-                    current,
-                    now,
-                    arguments=final_args,
-                    arguments_hash=final_hash,
-                    proposed_arguments=current.proposed_arguments
-                    or (current.arguments if edited else None),
-                    diff=_diff(current.arguments, final_args) if edited else current.diff,
-                )
-                if not won:
+                if not _swap(current, now, **edit_fields):
                     raise DecisionError("Someone else decided first.", 409)
                 audit_append(
                     kind="approval.voted",
@@ -198,40 +207,37 @@ def approval_decide(
                     task_id=task.pk,
                     object_type="approval",
                     object_id=current.pk,
+                    data={"edited": edited},
                 )
                 notify.approval_changed_on_commit(current.pk)
                 return ApprovalRequest.objects.get(pk=current.pk)
             status = ApprovalRequest.Status.APPROVED
         elif decision == "reject":
             status = ApprovalRequest.Status.REJECTED
+            edit_fields = {}
         else:
             status = ApprovalRequest.Status.APPROVED
+            edit_fields = {}
 
-        original = current.arguments
         won = _swap(
             current,
             now,
             status=status,
-            arguments=final_args,
-            arguments_hash=final_hash,
-            proposed_arguments=(
-                current.proposed_arguments or (original if edited else None)
-            ),
-            diff=_diff(original, final_args) if edited else current.diff,
             decided_by=user,
             decided_at=now,
             reason=reason,
+            **edit_fields,
         )
         if not won:
             raise DecisionError("Someone else decided first.", 409)
-        _apply_to_step(task, current, decision, final_args, user, reason, edited)
+        _apply_to_step(task, current, decision, final_args, user, reason)
         audit_append(
             kind="approval.decided",
             actor=user,
             task_id=task.pk,
             object_type="approval",
             object_id=current.pk,
-            data={"decision": decision, "edited": edited},
+            data={"decision": decision, "edited": edited and decision == "approve"},
         )
         notify.approval_changed_on_commit(current.pk)
         from agents.services.runs import enqueue_advance
@@ -267,7 +273,14 @@ def _validated_edit(
         validate_arguments(spec.parameters, arguments)
     except InvalidArguments as exc:
         raise DecisionError(str(exc), 400) from exc
-    return redactor().data(arguments)
+    # What is approved, hashed and run is the same redacted object.
+    cleaned = redactor().data(arguments)
+    verdict = decide(spec, cleaned, tainted_by=approval.tainted_by or [])
+    if verdict.decision is Decision.DENY:
+        raise DecisionError(
+            "The policy refuses these arguments: " + "; ".join(verdict.reasons), 400
+        )
+    return cleaned
 
 
 def _diff(before: Any, after: Any) -> dict[str, Any]:
@@ -288,33 +301,45 @@ def _apply_to_step(
     arguments: dict[str, Any],
     user: Any,
     reason: str,
-    edited: bool,
 ) -> None:
+    """Move the parked step to the decision's state (inside the decision's lock)."""
     step = Step.objects.select_for_update().get(pk=approval.step_id)
     detail = dict(step.detail or {})
+    edited = False
+    if decision == "approve" and canonical_hash(arguments) != canonical_hash(
+        step.arguments
+    ):
+        # What runs is what was approved: the step carries the approved object.
+        if step.proposed_arguments is None:
+            step.proposed_arguments = step.arguments
+        step.arguments = arguments
+        edited = True
     detail["decision"] = {
         "decision": decision,
         "by": user.get_username(),
         "at": timezone.now().isoformat(),
         "reason": reason or None,
-        "edited": edited,
+        "edited": edited or step.proposed_arguments is not None,
         "approval": str(approval.pk),
     }
     if decision == "approve":
-        if edited:
-            step.proposed_arguments = step.arguments
-            step.arguments = arguments
+        # The engine refuses to run anything whose hash differs from this one.
         detail["approved_hash"] = canonical_hash(step.arguments)
         step.status = StepStatus.APPROVED
         if approval.kind == ApprovalRequest.Kind.RECOVERY:
-            # Retry: the next run starts it afresh.
+            # Retry: the next run starts it afresh; the ledger keeps it once.
             step.started_at = None
             step.error = None
             step.error_class = None
     elif decision == "mark_done":
         step.status = StepStatus.SUCCEEDED
-        step.result = {"status": "marked done by an operator", "by": user.get_username()}
+        step.result = {
+            "status": "done",
+            "note": "An operator checked that this call happened.",
+            "by": user.get_username(),
+        }
         step.error = None
+        step.error_class = None
         step.finished_at = timezone.now()
     else:
         step.status = StepStatus.REJECTED

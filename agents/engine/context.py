@@ -7,6 +7,7 @@ messages or ride inside the tool message they concern, never ``user`` turns.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,6 +64,13 @@ def build_messages(
             for call in calls:
                 if call.seq in replaced:
                     content = replaced[call.seq]
+                    if notes_for.get(call.seq):
+                        content = dumps(
+                            {
+                                "result": json.loads(content),
+                                "note": " ".join(notes_for[call.seq]),
+                            }
+                        )
                 else:
                     spec = specs.get(call.tool or "")
                     limit = spec.max_result_chars if spec else DEFAULT_RESULT_CHARS
@@ -98,10 +106,15 @@ def observation(step: StepRecord, max_chars: int, notes: Sequence[str] = ()) -> 
     if status in (StepStatus.SUCCEEDED, StepStatus.CACHED):
         text = observation_text(step.result, max_chars)
         if notes:
-            return dumps({"result": step.result, "note": " ".join(notes)})
+            return dumps(
+                {"result": _shaped(step.result, max_chars), "note": " ".join(notes)}
+            )
         return text
     if status is StepStatus.DEDUPLICATED:
-        return dumps({"result": step.result, "note": " ".join(notes) or None})
+        # A repeat gets the earlier result within the same size limit, plus the note.
+        return dumps(
+            {"result": _shaped(step.result, max_chars), "note": " ".join(notes) or None}
+        )
     if status is StepStatus.REJECTED:
         reason = step.detail.get("reason") or "no reason given"
         return dumps(
@@ -118,6 +131,12 @@ def observation(step: StepRecord, max_chars: int, notes: Sequence[str] = ()) -> 
             }
         )
     return dumps({"error": step.error or f"The call ended with status {status}."})
+
+
+def _shaped(value: Any, max_chars: int) -> Any:
+    """``value``, or its truncated form (with the marker) when it is too long."""
+    text = observation_text(value, max_chars)
+    return value if text == dumps(value) else json.loads(text)
 
 
 # Token estimate ---------------------------------------------------------------

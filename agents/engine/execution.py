@@ -188,12 +188,11 @@ class Executor:
             value = future.result(timeout=spec.timeout_s)
         except FutureTimeout:
             self._abandon(future)
+            message = f"{spec.name} did not answer within {spec.timeout_s:g} s."
+            if not spec.retry_safe:
+                message += " It may still take effect; check before calling it again."
             return None, Attempt(
-                number,
-                started_at,
-                (time.monotonic() - t0) * 1000,
-                f"{spec.name} did not answer within {spec.timeout_s:g} s.",
-                "timeout",
+                number, started_at, (time.monotonic() - t0) * 1000, message, "timeout"
             )
         except ToolError as exc:
             return None, Attempt(
@@ -219,6 +218,9 @@ class Executor:
         return value, Attempt(number, started_at, elapsed)
 
     def _abandon(self, future: Future[Any]) -> None:
+        if future.cancel():
+            # Still queued behind busy threads: it will never run, nothing hangs.
+            return
         with self._lock:
             self._abandoned += 1
 

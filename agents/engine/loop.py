@@ -162,10 +162,18 @@ class Engine:
 
             messages = self._context(journal, steps, snap)
             estimate = TokenEstimator().raw(messages, self._tools())
+            # What the calibrated estimator says of this request (the budget's view).
+            in_context = TokenEstimator.calibrated(steps).estimate(
+                messages, self._tools()
+            )
             try:
                 reply = self._call_model(journal, messages, snap.model)
             except _Cancelled:
                 journal.finish(StopReason.CANCELLED, answer=None, message=None)
+                return Outcome.FINISHED
+            except _OutOfTime:
+                reason = StopReason.TIME_BUDGET
+                journal.finish(reason, answer=None, message=_STOP_MESSAGES[reason])
                 return Outcome.FINISHED
             except ModelError as exc:
                 failed = StepRecord(
@@ -178,13 +186,17 @@ class Engine:
                     attempts=[a.as_dict() for a in exc.attempts],
                     started_at=utcnow(),
                     finished_at=utcnow(),
-                    detail={"prompt_estimate": estimate},
+                    detail={
+                        "prompt_estimate": estimate,
+                        "context_estimate": in_context,
+                    },
                 )
                 steps.extend(self._append(journal, [failed]))
                 journal.finish(StopReason.MODEL_ERROR, answer=None, message=str(exc))
                 return Outcome.FINISHED
 
             planned = self._plan(reply, steps, snap, estimate, journal.task_id)
+            planned[0].detail["context_estimate"] = in_context
             persisted = self._append(journal, planned)
             steps.extend(persisted)
             snap.usage = snap.usage + reply.usage
@@ -264,24 +276,37 @@ class Engine:
         last_model = max(
             (s.seq for s in steps if s.kind is StepKind.MODEL_CALL), default=-1
         )
-        candidates = [
+        eligible = [
             s
             for s in steps
             if s.kind is StepKind.TOOL_CALL
             and s.seq not in already
-            and s.status in (StepStatus.SUCCEEDED, StepStatus.CACHED)
-            and s.parent_seq != last_model
+            and s.status
+            in (StepStatus.SUCCEEDED, StepStatus.CACHED, StepStatus.DEDUPLICATED)
         ]
-        for step in candidates:
-            text = snapshot(step, snap.goal)
-            if len(text) >= len(dumps(step.result)):
-                continue
-            replaced[str(step.seq)] = text
+
+        def over(limit: float) -> bool:
             trial = steps + [_compaction(replaced, _next_seq(steps))]
-            if estimator.estimate(self._messages(trial, snap, history), tools) <= (
-                0.5 * budget
-            ):
+            estimate = estimator.estimate(self._messages(trial, snap, history), tools)
+            return estimate > limit
+
+        def shorten(step: StepRecord) -> None:
+            text = snapshot(step, snap.goal)
+            if len(text) < len(dumps(step.result)):
+                replaced[str(step.seq)] = text
+
+        for step in (s for s in eligible if s.parent_seq != last_model):
+            shorten(step)
+            if not over(0.5 * budget):
                 break
+        if over(0.8 * budget):
+            # The latest results are the freshest data: shorten them only when the
+            # older ones were not enough, largest first.
+            latest = [s for s in eligible if s.parent_seq == last_model]
+            for step in sorted(latest, key=lambda s: -len(dumps(s.result))):
+                shorten(step)
+                if not over(0.8 * budget):
+                    break
         # Older conversation turns go before anything of the current goal.
         while (
             history
@@ -340,6 +365,9 @@ class Engine:
                     # Abandon the in-flight call: its answer is never read.
                     future.cancel()
                     raise _Cancelled() from None
+                if journal.active_seconds() >= self.limits.time_budget_s:
+                    future.cancel()
+                    raise _OutOfTime() from None
 
     # -- planning -----------------------------------------------------------------
 
@@ -392,7 +420,7 @@ class Engine:
                 )
         count = len(tool_steps)
         for call in reply.tool_calls:
-            step = self._plan_call(call, steps + planned[1:], taint)
+            step = self._plan_call(call, [*steps, *planned[1:]], taint)
             step.seq = base + 1 + call.index
             step.parent_seq = base
             step.idempotency_key = f"{task_id}:{base}:{call.index}"
@@ -446,7 +474,7 @@ class Engine:
                         )
                     )
             elif step.status is StepStatus.RUNNING and self._circuit_open(
-                step.tool or "", steps + planned[1:]
+                step.tool or "", [*steps, *planned[1:]]
             ):
                 step.status = StepStatus.SKIPPED
                 step.error = (
@@ -554,9 +582,14 @@ class Engine:
         runnable: list[StepRecord],
         snap: RunSnapshot,
     ) -> None:
-        """Run the turn's executable calls: reads concurrently, writes in order."""
-        reads: list[StepRecord] = []
-        writes: list[StepRecord] = []
+        """Run the turn's executable calls in the model's order.
+
+        Consecutive read-only calls run concurrently (bounded); a write waits for
+        the reads before it and runs alone, so a read the model placed after a
+        write sees its effect. Results are recorded per call, kept in call order
+        by their seqs.
+        """
+        batches: list[tuple[bool, list[StepRecord]]] = []
         for step in sorted(runnable, key=lambda s: s.call_index or 0):
             spec = self.toolbox.specs.get(step.tool or "")
             if spec is None:
@@ -592,23 +625,29 @@ class Engine:
                         ),
                     )
                     continue
-            (reads if spec.risk.value == "read_only" else writes).append(step)
+            read = spec.risk.value == "read_only"
+            if read and batches and batches[-1][0]:
+                batches[-1][1].append(step)
+            else:
+                batches.append((read, [step]))
 
-        started = [self._start(journal, steps, s) for s in reads]
-        if len(started) > 1 and self.limits.parallel_tool_calls > 1:
-            workers = min(self.limits.parallel_tool_calls, len(started))
-            with ThreadPoolExecutor(workers, thread_name_prefix="call") as pool:
-                futures = {pool.submit(self._run_one, s): s for s in started}
-                for future in as_completed(futures):
-                    self._record(journal, steps, future.result())
-        else:
-            for step in started:
-                self._record(journal, steps, self._run_one(step))
-        for step in writes:
-            if journal.control().cancelled:
+        for number, (read, batch) in enumerate(batches):
+            if number and journal.control().cancelled:
                 return
-            running = self._start(journal, steps, step)
-            self._record(journal, steps, self._run_one(running))
+            if not read:
+                running = self._start(journal, steps, batch[0])
+                self._record(journal, steps, self._run_one(running))
+                continue
+            started = [self._start(journal, steps, s) for s in batch]
+            if len(started) > 1 and self.limits.parallel_tool_calls > 1:
+                workers = min(self.limits.parallel_tool_calls, len(started))
+                with ThreadPoolExecutor(workers, thread_name_prefix="call") as pool:
+                    futures = {pool.submit(self._run_one, s): s for s in started}
+                    for future in as_completed(futures):
+                        self._record(journal, steps, future.result())
+            else:
+                for step in started:
+                    self._record(journal, steps, self._run_one(step))
 
     def _start(
         self, journal: Journal, steps: list[StepRecord], step: StepRecord
@@ -659,8 +698,11 @@ class Engine:
                 finished_at=result.finished_at or utcnow(),
                 detail=detail,
             )
+        # A rate-limited call did not run: an observation, not a tool error, so it
+        # counts neither toward tool_error_limit nor toward the circuit breaker.
+        limited = result.error_class == "rate_limited"
         return step.copy(
-            status=StepStatus.FAILED,
+            status=StepStatus.SKIPPED if limited else StepStatus.FAILED,
             error=self.redactor.text(result.error or "The tool failed."),
             error_class=result.error_class,
             attempts=[a.as_dict() for a in result.attempts],
@@ -679,6 +721,10 @@ class Engine:
 
 class _Cancelled(Exception):
     pass
+
+
+class _OutOfTime(Exception):
+    """The time budget ran out while the model was thinking."""
 
 
 _STOP_MESSAGES = {

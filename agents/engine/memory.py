@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .loop import Control, RunSnapshot
@@ -26,10 +26,23 @@ class MemoryJournal:
     cancelled: bool = False
     parked: bool = False
     finished: tuple[StopReason, str | None, str | None] | None = None
-    clock: float = field(default_factory=time.monotonic)
+    #: The clock (seconds); tests pass a fake one to move time without sleeping.
+    now: Callable[[], float] = time.monotonic
+    clock: float | None = None
     extra_active_s: float = 0.0
+    parked_s: float = 0.0
+    parked_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.clock is None:
+            self.clock = self.now()
 
     def snapshot(self) -> RunSnapshot:
+        if self.parked_at is not None:
+            # Resumed: time spent parked for a human is not active time.
+            self.parked_s += self.now() - self.parked_at
+            self.parked_at = None
+            self.parked = False
         return RunSnapshot(
             goal=self.goal,
             system=self.system,
@@ -66,12 +79,17 @@ class MemoryJournal:
         return Control(cancelled=self.cancelled)
 
     def active_seconds(self) -> float:
-        return time.monotonic() - self.clock + self.extra_active_s
+        assert self.clock is not None
+        parked = self.parked_s
+        if self.parked_at is not None:
+            parked += self.now() - self.parked_at
+        return self.now() - self.clock - parked + self.extra_active_s
 
     def park(self) -> bool:
         if not any(s.status is StepStatus.WAITING_APPROVAL for s in self.steps):
             return False
         self.parked = True
+        self.parked_at = self.now()
         return True
 
     def finish(
