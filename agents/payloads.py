@@ -99,9 +99,16 @@ def task_payload(task: Task) -> dict[str, Any]:
         "error": task.error_message or None,
         "started_at": iso(task.started_at),
         "tainted_by": task.tainted_by or [],
-        "origin": task.origin,
+        "origin": _origin_summary(task.origin),
         "rev": task.rev,
     }
+
+
+def _origin_summary(origin: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An imported task's origin without the records it carries (the trace has them)."""
+    if origin is None:
+        return None
+    return {k: v for k, v in origin.items() if k not in ("approvals", "audit")}
 
 
 def conversation_payload(

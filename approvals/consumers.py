@@ -12,7 +12,9 @@ from agents.push import APPROVALS_GROUP
 
 class ApprovalsConsumer(ReachConsumer):
     async def authorize(self, user: Any) -> bool:
-        return await database_sync_to_async(user.has_perm)("approvals.decide_approval")
+        return bool(
+            await database_sync_to_async(user.has_perm)("approvals.decide_approval")
+        )
 
     def groups_for(self, user: Any) -> list[str]:
         return [APPROVALS_GROUP]

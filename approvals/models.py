@@ -26,8 +26,10 @@ class ApprovalRequest(models.Model):
     task = models.ForeignKey(
         "agents.Task", on_delete=models.CASCADE, related_name="approvals"
     )
-    step = models.OneToOneField(
-        "agents.Step", on_delete=models.CASCADE, related_name="approval"
+    # A step may be asked about more than once: approved first, then (after a
+    # crash in the middle of it) a recovery request "did it happen?".
+    step = models.ForeignKey(
+        "agents.Step", on_delete=models.CASCADE, related_name="approvals"
     )
     tool = models.CharField(max_length=64, db_index=True)
     risk = models.CharField(max_length=20)
@@ -62,6 +64,13 @@ class ApprovalRequest(models.Model):
     class Meta:
         ordering = ["requested_at"]
         permissions = [("decide_approval", "Can approve or reject agent actions")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["step"],
+                condition=models.Q(status="pending"),
+                name="uniq_pending_approval_per_step",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool}: {self.preview}"
@@ -88,3 +97,6 @@ class ApprovalVote(models.Model):
                 fields=["approval", "user"], name="uniq_vote_per_user"
             )
         ]
+
+    def __str__(self) -> str:
+        return f"{self.user} approved {self.approval_id}"

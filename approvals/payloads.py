@@ -30,7 +30,9 @@ def approval_payload(approval: ApprovalRequest) -> dict[str, Any]:
         "approved_by": approved_by,
         "requested_at": iso(approval.requested_at),
         "expires_at": iso(approval.expires_at),
-        "decided_by": approval.decided_by.get_username() if approval.decided_by else None,
+        "decided_by": approval.decided_by.get_username()
+        if approval.decided_by
+        else None,
         "decided_at": iso(approval.decided_at),
         "reason": approval.reason or None,
         # Extensions.

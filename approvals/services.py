@@ -28,6 +28,9 @@ from traces.services import audit_append
 log = logging.getLogger(__name__)
 
 DECIDE_PERMISSION = "approvals.decide_approval"
+RECOVERY_REASON = (
+    "the worker stopped while this call was running: whether it happened is unknown"
+)
 
 
 class DecisionError(Exception):
@@ -42,7 +45,9 @@ def can_decide(user: Any) -> bool:
     return bool(user.is_authenticated and user.has_perm(DECIDE_PERMISSION))
 
 
-def approval_create(*, task: Task, step: Step, recovery: bool = False) -> ApprovalRequest:
+def approval_create(
+    *, task: Task, step: Step, recovery: bool = False
+) -> ApprovalRequest:
     """Park ``step``: create its request (inside the caller's transaction)."""
     info = dict((step.detail or {}).get("approval") or {})
     spec_def = _tool_definition(task, step.tool or "")
@@ -58,12 +63,13 @@ def approval_create(*, task: Task, step: Step, recovery: bool = False) -> Approv
         arguments=arguments,
         arguments_hash=canonical_hash(arguments),
         preview=(
-            info.get("preview")
-            or _preview(spec_def, arguments)
-            or f"{step.tool}(…)"
+            info.get("preview") or _preview(spec_def, arguments) or f"{step.tool}(…)"
         )[:500],
-        reasons=info.get("reasons")
-        or (["outcome unknown after a worker crash"] if recovery else []),
+        reasons=(
+            [RECOVERY_REASON]
+            if recovery
+            else list(info.get("reasons") or ["the policy asks a human"])
+        ),
         tainted_by=info.get("tainted_by") or [],
         approvals_required=int(
             info.get("approvals_required") or spec_def.get("approvals_required") or 1
@@ -274,7 +280,7 @@ def _validated_edit(
     except InvalidArguments as exc:
         raise DecisionError(str(exc), 400) from exc
     # What is approved, hashed and run is the same redacted object.
-    cleaned = redactor().data(arguments)
+    cleaned: dict[str, Any] = dict(redactor().data(arguments))
     verdict = decide(spec, cleaned, tainted_by=approval.tainted_by or [])
     if verdict.decision is Decision.DENY:
         raise DecisionError(
@@ -368,7 +374,7 @@ def approvals_expire() -> int:
             ).update(status=ApprovalRequest.Status.EXPIRED, decided_at=now)
             if not won:
                 continue
-            step = Step.objects.select_for_update().get(approval=approval.pk)
+            step = Step.objects.select_for_update().get(pk=approval.step_id)
             task.rev += 1
             step.status = StepStatus.EXPIRED
             step.finished_at = now

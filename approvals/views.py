@@ -1,79 +1,129 @@
-"""The approval queue page (``/approvals/``) and its history."""
+"""The approval queue page (``/approvals/``) and the history of decisions.
+
+Built like the admin's change list: the view hands one presenter object to the
+template, and each request renders through ``approvals/_card.html`` — the same
+partial the live queue pushes, so a card that arrives live looks like the rest.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
 from agents.models import Agent
+from agents.permissions import can_audit
 from approvals.models import ApprovalRequest
 from approvals.services import can_decide
 
 FILTERS = ("tool", "risk", "agent", "user", "tainted")
+RISKS = ("read_only", "write", "irreversible")
+HISTORY_PAGE_SIZE = 50
+RECENT_DECISIONS = 10
 
 
-def _filtered(request: HttpRequest, approvals):  # type: ignore[no-untyped-def]
-    params = request.GET
+@dataclass
+class QueuePresenter:
+    """Everything the queue and history templates show, computed once."""
+
+    filters: dict[str, str]
+    tools: list[str]
+    agents: list[str]
+    risks: tuple[str, ...] = RISKS
+    statuses: tuple[str, ...] = ()
+    show_trace: bool = False
+    pending: list[ApprovalRequest] = field(default_factory=list)
+    recent: list[ApprovalRequest] = field(default_factory=list)
+    page: Page[ApprovalRequest] | None = None
+    query: str = ""
+
+    @property
+    def filtered(self) -> bool:
+        return any(self.filters.values())
+
+
+def _filtered(
+    params: QueryDict, approvals: QuerySet[ApprovalRequest]
+) -> QuerySet[ApprovalRequest]:
     if params.get("tool"):
         approvals = approvals.filter(tool=params["tool"])
     if params.get("risk"):
         approvals = approvals.filter(risk=params["risk"])
     if params.get("agent"):
         approvals = approvals.filter(task__agent__name=params["agent"])
-    if params.get("user"):
-        approvals = approvals.filter(requested_by__username=params["user"])
+    user = str(params.get("user") or "").strip()
+    if user:
+        approvals = approvals.filter(requested_by__username=user)
     if params.get("tainted") == "yes":
         approvals = approvals.exclude(tainted_by=[])
     elif params.get("tainted") == "no":
         approvals = approvals.filter(tainted_by=[])
+    if params.get("status") in ApprovalRequest.Status.values:
+        approvals = approvals.filter(status=params["status"])
     return approvals
 
 
-def _base():  # type: ignore[no-untyped-def]
+def _base() -> QuerySet[ApprovalRequest]:
     return ApprovalRequest.objects.select_related(
-        "task__agent", "task__conversation", "requested_by", "decided_by", "step"
+        "task__agent", "requested_by", "decided_by", "step"
     ).prefetch_related("votes__user")
+
+
+def _presenter(request: HttpRequest, **extra: Any) -> QueuePresenter:
+    return QueuePresenter(
+        filters={k: request.GET.get(k, "") for k in FILTERS},
+        tools=sorted(
+            set(ApprovalRequest.objects.values_list("tool", flat=True).distinct())
+        ),
+        agents=list(Agent.objects.order_by("name").values_list("name", flat=True)),
+        show_trace=can_audit(request.user),
+        **extra,
+    )
+
+
+def _require_approver(request: HttpRequest) -> None:
+    if not can_decide(request.user):
+        raise PermissionDenied("Only approvers see the approval queue.")
 
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
-    if not can_decide(request.user):
-        raise PermissionDenied
+    """Pending requests, oldest first, then the latest decisions."""
+    _require_approver(request)
     pending = _filtered(
-        request, _base().filter(status=ApprovalRequest.Status.PENDING)
+        request.GET, _base().filter(status=ApprovalRequest.Status.PENDING)
     ).order_by("requested_at")
-    return render(
-        request,
-        "approvals/queue.html",
-        {
-            "approvals": pending,
-            "filters": {k: request.GET.get(k, "") for k in FILTERS},
-            "tools": sorted(set(ApprovalRequest.objects.values_list("tool", flat=True))),
-            "agents": Agent.objects.order_by("name"),
-            "risks": ["read_only", "write", "irreversible"],
-        },
-    )
+    recent = _filtered(
+        request.GET, _base().exclude(status=ApprovalRequest.Status.PENDING)
+    ).order_by("-decided_at", "-requested_at")[:RECENT_DECISIONS]
+    page = _presenter(request, pending=list(pending), recent=list(recent))
+    return render(request, "approvals/queue.html", {"page": page})
 
 
 @login_required
 def history(request: HttpRequest) -> HttpResponse:
-    if not can_decide(request.user):
-        raise PermissionDenied
+    """Decided requests, newest decision first: who, when, why, and the edit."""
+    _require_approver(request)
     decided = _filtered(
-        request, _base().exclude(status=ApprovalRequest.Status.PENDING)
+        request.GET, _base().exclude(status=ApprovalRequest.Status.PENDING)
     ).order_by("-decided_at", "-requested_at")
-    page = Paginator(decided, 50).get_page(request.GET.get("page"))
-    return render(
+    query = request.GET.copy()
+    query.pop("page", None)
+    page = _presenter(
         request,
-        "approvals/history.html",
-        {
-            "page": page,
-            "filters": {k: request.GET.get(k, "") for k in FILTERS},
-            "tools": sorted(set(ApprovalRequest.objects.values_list("tool", flat=True))),
-            "agents": Agent.objects.order_by("name"),
-            "risks": ["read_only", "write", "irreversible"],
-        },
+        page=Paginator(decided, HISTORY_PAGE_SIZE).get_page(request.GET.get("page")),
+        statuses=tuple(
+            s
+            for s in ApprovalRequest.Status.values
+            if s != ApprovalRequest.Status.PENDING
+        ),
+        query=query.urlencode(),
     )
+    page.filters["status"] = request.GET.get("status", "")
+    return render(request, "approvals/history.html", {"page": page})

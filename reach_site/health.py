@@ -37,5 +37,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 def _count_workers(client: object) -> int:
     """Workers that beat in the last minute (they write reach:worker:<id>)."""
-    keys = client.keys("reach:worker:*")  # type: ignore[attr-defined]
-    return len(keys)
+    # SCAN, not KEYS: KEYS blocks a busy production Redis.
+    keys = client.scan_iter(match="reach:worker:*", count=100)  # type: ignore[attr-defined]
+    return sum(1 for _ in keys)

@@ -217,8 +217,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "reach"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_RETRY = True
+# Enforced by the prefork pool only; in the threads pool time is bounded inside the
+# task (model timeouts, abandonable handlers, the time budget) (STACK_NOTES 8).
+CELERY_TASK_TIME_LIMIT = REACH_TASK_HARD_LIMIT_S
 CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Longer than the hard limit: a running task is never delivered twice.
     "visibility_timeout": REACH_TASK_HARD_LIMIT_S * 2,
+    # Sweep for unacked messages of dead workers every interval, not every 10th
+    # (kombu 5.7 defaults to 10 s x 10) (STACK_NOTES 4).
+    "unacked_restore_interval": 10,
+    "unacked_restore_throttle": 1,
     "socket_timeout": 5,
     "socket_connect_timeout": 5,
 }
@@ -251,6 +259,10 @@ REACH_DEMO_PASSWORD = env_str("REACH_DEMO_PASSWORD")
 REACH_EMAIL_DOMAIN = env_str("REACH_EMAIL_DOMAIN", "example.com")
 REACH_TOOL_THREADS = env_int("REACH_TOOL_THREADS", 32)
 REACH_MAX_ABANDONED_THREADS = env_int("REACH_MAX_ABANDONED_THREADS", 16)
+# Extension and testing hook: modules imported at start-up (agents/apps.py) so the
+# python tool handlers they register with agents.tools.registry.register exist in
+# every process, e.g. REACH_EXTRA_TOOL_MODULES=tests.support.test_tools.
+REACH_EXTRA_TOOL_MODULES = env_list("REACH_EXTRA_TOOL_MODULES", "")
 
 # Email: a file backend under var/ by default (the demo's "sent" mail is readable).
 EMAIL_BACKEND = env_str(
@@ -307,3 +319,14 @@ REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
 # Traces: how long finished runs are kept (0 keeps them for ever).
 REACH_TRACE_RETENTION_DAYS = env_int("REACH_TRACE_RETENTION_DAYS", 0)
+# HTTP tools (agents/tools/http.py, agents/tools/ssrf.py).
+# Hostnames (or IP networks) of internal services: calls to them stay "inside the
+# house" (no approval just for taint), and these names may resolve to private
+# addresses. Anything else must be public unless allowed_hosts lists the address.
+REACH_INTERNAL_HOSTS = env_list("REACH_INTERNAL_HOSTS", "")
+REACH_HTTP_MAX_REDIRECTS = env_int("REACH_HTTP_MAX_REDIRECTS", 5)
+REACH_HTTP_MAX_RESPONSE_BYTES = env_int("REACH_HTTP_MAX_RESPONSE_BYTES", 2_000_000)
+# Characters of a non-JSON response body given to the model.
+REACH_HTTP_TEXT_CHARS = env_int("REACH_HTTP_TEXT_CHARS", 2000)
+# A CA bundle (PEM path) for internal services with a private CA; empty: certifi.
+REACH_HTTP_CA_BUNDLE = env_str("REACH_HTTP_CA_BUNDLE", "")

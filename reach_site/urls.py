@@ -30,6 +30,10 @@ api_patterns = [
     path("tasks/<uuid:task_id>/steps/", api.TaskSteps.as_view()),
     path("tasks/<uuid:task_id>/cancel/", api.TaskCancel.as_view()),
     path("tasks/<uuid:task_id>/trace/", traces_api.TaskTrace.as_view()),
+    path("tasks/<uuid:task_id>/rerun/", traces_api.TaskRerun.as_view()),
+    path("tasks/<uuid:task_id>/fork/", traces_api.TaskFork.as_view()),
+    path("traces/import/", traces_api.TraceImport.as_view()),
+    path("audit/", traces_api.AuditLog.as_view()),
     path("approvals/", approvals_api.ApprovalList.as_view()),
     path(
         "approvals/<uuid:approval_id>/decision/",
@@ -52,6 +56,7 @@ urlpatterns = [
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
     path("traces/", traces_views.trace_list, name="traces"),
+    path("traces/stats/", traces_views.trace_stats, name="trace-stats"),
     path("traces/<uuid:task_id>/", traces_views.trace_detail, name="trace"),
     path("admin/", admin.site.urls),
     path("api/", include(api_patterns)),

@@ -1,17 +1,34 @@
-"""Trace API: export (more in later modules)."""
+"""Trace API: export, import, deterministic re-run, fork, and the audit log."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import APIException, ParseError, PermissionDenied
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents.api.views import visible_task
+from agents.permissions import can_audit
 from traces.export import trace_document
-from traces.services import audit_append
+from traces.fork import ForkError, task_fork
+from traces.imports import TraceInvalid, trace_import
+from traces.replay import TaskNotFinal, task_rerun
+from traces.services import audit_append, audit_json_lines
 
 
 class TaskTrace(APIView):
+    """``GET /api/tasks/{id}/trace/``: the trace document (owner, auditors)."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request, task_id: str) -> Response:
         task = visible_task(request, task_id)
         document = trace_document(task)
@@ -23,3 +40,139 @@ class TaskTrace(APIView):
             object_id=task.pk,
         )
         return Response(document)
+
+
+class TaskRerun(APIView):
+    """``POST /api/tasks/{id}/rerun/``: re-run deterministically, name divergence."""
+
+    @extend_schema(
+        request=None,
+        responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        try:
+            result = task_rerun(task=task)
+        except TaskNotFinal:
+            return Response(
+                {
+                    "error": f"The task is still {task.status}; re-run it once it "
+                    "has finished.",
+                    "task": str(task.pk),
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        return Response(result.as_dict())
+
+
+class TaskFork(APIView):
+    """``POST /api/tasks/{id}/fork/``: continue live from step N as a new task."""
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={202: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        data = request.data if isinstance(request.data, dict) else None
+        if data is None:
+            raise ParseError('Send {"from_seq": N, "arguments": {...}, "model": …}.')
+        try:
+            fork = task_fork(
+                task=task,
+                user=request.user,
+                from_seq=data.get("from_seq"),  # type: ignore[arg-type]
+                arguments=data.get("arguments"),
+                model=data.get("model"),
+            )
+        except ForkError as exc:
+            return Response({"error": str(exc), "detail": str(exc)}, status=exc.status)
+        except ValueError as exc:  # e.g. the goal no longer fits the message limit
+            return Response({"error": str(exc), "detail": str(exc)}, status=400)
+        return Response({"task": str(fork.pk)}, status=status.HTTP_202_ACCEPTED)
+
+
+class DocumentTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The trace document is larger than REACH_MAX_IMPORT_BYTES."
+    default_code = "too_large"
+
+
+class TraceDocumentParser(BaseParser):
+    """JSON, read up to ``REACH_MAX_IMPORT_BYTES`` and refused beyond."""
+
+    media_type = "application/json"
+
+    def parse(
+        self,
+        stream: Any,
+        media_type: str | None = None,
+        parser_context: dict[str, Any] | None = None,
+    ) -> Any:
+        limit = settings.REACH_MAX_IMPORT_BYTES
+        request = (parser_context or {}).get("request")
+        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
+        try:
+            if declared and int(declared) > limit:
+                raise DocumentTooLarge()
+        except ValueError:
+            pass
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise DocumentTooLarge()
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ParseError(f"The document is not valid JSON: {exc}") from exc
+
+
+class TraceImport(APIView):
+    """``POST /api/traces/import/``: a trace document in, a read-only task out."""
+
+    parser_classes = [TraceDocumentParser]
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: Request) -> Response:
+        if not can_audit(request.user):
+            raise PermissionDenied("Only auditors import traces.")
+        try:
+            task = trace_import(document=request.data, user=request.user)
+        except TraceInvalid as exc:
+            return Response(
+                {"error": "Not an importable trace document.", "errors": exc.errors},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        return Response({"task": str(task.pk)}, status=status.HTTP_201_CREATED)
+
+
+class AuditLog(APIView):
+    """``GET /api/audit/?after=POSITION&limit=N``: the log as JSON lines (auditors).
+
+    Oldest first, so a collector can resume after the last position it stored.
+    """
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # JSON lines whatever the client accepts (the log is one format).
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(responses={(200, "application/x-ndjson"): OpenApiTypes.STR})
+    def get(self, request: Request) -> StreamingHttpResponse:
+        if not can_audit(request.user):
+            raise PermissionDenied("Only auditors read the audit log.")
+        try:
+            after = int(request.query_params.get("after", 0))
+            limit_raw = request.query_params.get("limit")
+            limit = int(limit_raw) if limit_raw else None
+        except ValueError as exc:
+            raise ParseError("after and limit are integers.") from exc
+        if limit is not None and limit < 1:
+            raise ParseError("limit is at least 1.")
+        response = StreamingHttpResponse(
+            audit_json_lines(after=after, limit=limit),
+            content_type="application/x-ndjson; charset=utf-8",
+        )
+        response["Content-Disposition"] = 'inline; filename="audit.jsonl"'
+        return response

@@ -4,38 +4,83 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.utils import timezone
+
 from agents.models import Task
-from agents.payloads import conversation_payload, iso, step_payload, task_payload
+from agents.payloads import conversation_payload, step_payload, task_payload
 from agents.services.runtime import redactor
 from approvals.payloads import approval_payload
 from traces.models import AuditEvent
+from traces.services import audit_event_payload
 
 FORMAT = "reach.trace/v1"
 
+#: Kept for callers of the first version of this module.
+audit_payload = audit_event_payload
 
-def audit_payload(event: AuditEvent) -> dict[str, Any]:
+
+def own_taint_labels(task: Task) -> set[str]:
+    """Taint sources a task's own steps produced (``tool#seq``)."""
     return {
-        "position": event.position,
-        "kind": event.kind,
-        "actor": event.actor,
-        "task": event.task_id or None,
-        "object_type": event.object_type,
-        "object_id": event.object_id,
-        "data": event.data,
-        "at": iso(event.at),
-        "prev_hash": event.prev_hash,
-        "hash": event.hash,
+        f"{tool}#{seq}"
+        for tool, seq, detail in task.steps.values_list("tool", "seq", "detail")
+        if (detail or {}).get("untrusted")
     }
 
 
+def inherited_taint(task: Task) -> list[str]:
+    """The taint a task started with (earlier tasks of its conversation, parent).
+
+    Recomputed from the records rather than from the task's final taint, since
+    a label like ``search_notes#2`` can come from an earlier task and from the
+    task's own step alike.
+    """
+    if task.origin is not None:
+        carried = task.origin.get("inherited_taint")
+        if isinstance(carried, list):
+            return [str(source) for source in carried]
+        own = own_taint_labels(task)
+        return [s for s in task.tainted_by or [] if s not in own]
+    sources: list[str] = []
+    earlier = (
+        Task.objects.filter(
+            conversation_id=task.conversation_id, created_at__lt=task.created_at
+        )
+        .exclude(pk=task.pk)
+        .values_list("tainted_by", flat=True)
+    )
+    lists = list(earlier)
+    if task.parent_id is not None:
+        parent = Task.objects.filter(pk=task.parent_id).values("tainted_by").first()
+        if parent is not None:
+            lists.append(parent["tainted_by"])
+    for tainted in lists:
+        for source in tainted or []:
+            if source not in sources:
+                sources.append(source)
+    return sources
+
+
 def trace_document(task: Task) -> dict[str, Any]:
+    """The whole trace of ``task`` as one redacted JSON document (API.md)."""
     snapshot = task.agent_snapshot or {}
-    approvals = task.approvals.select_related(
-        "task__agent", "requested_by", "decided_by", "step"
-    ).prefetch_related("votes__user")
+    if task.is_imported:
+        # Approvals of an imported trace live on as records in its origin.
+        approvals = list((task.origin or {}).get("approvals") or [])
+    else:
+        approvals = [
+            approval_payload(a)
+            for a in task.approvals.select_related(
+                "task__agent", "requested_by", "decided_by", "step"
+            ).prefetch_related("votes__user")
+        ]
+    task_data = task_payload(task)
+    # Extension: what re-running this trace elsewhere needs to decide alike.
+    task_data["inherited_taint"] = inherited_taint(task)
     document = {
         "format": FORMAT,
-        "task": task_payload(task),
+        "task": task_data,
         "conversation": conversation_payload(task.conversation, messages=True),
         "agent": {
             "name": snapshot.get("name", task.agent.name),
@@ -48,11 +93,24 @@ def trace_document(task: Task) -> dict[str, Any]:
             ],
         },
         "steps": [step_payload(s) for s in task.steps.order_by("seq")],
-        "approvals": [approval_payload(a) for a in approvals],
+        "approvals": approvals,
         "audit": [
-            audit_payload(e)
-            for e in AuditEvent.objects.filter(task_id=str(task.pk)).order_by("position")
+            audit_event_payload(e)
+            for e in AuditEvent.objects.filter(task_id=str(task.pk)).order_by(
+                "position"
+            )
         ],
-        "origin": task.origin,
+        "origin": _public_origin(task.origin),
+        # Extensions.
+        "exported_at": timezone.now().isoformat(),
+        "instance": settings.REACH_PUBLIC_URL,
     }
-    return redactor().data(document)
+    redacted: dict[str, Any] = redactor().data(document)
+    return redacted
+
+
+def _public_origin(origin: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The origin as exported: the records it carries travel in their own keys."""
+    if origin is None:
+        return None
+    return {k: v for k, v in origin.items() if k not in ("approvals",)}

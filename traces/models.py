@@ -30,3 +30,6 @@ class AuditHead(models.Model):
 
     position = models.PositiveBigIntegerField(default=0)
     hash = models.CharField(max_length=64, default="0" * 64)
+
+    def __str__(self) -> str:
+        return f"head at #{self.position}"

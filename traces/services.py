@@ -1,17 +1,29 @@
-"""Trace services: the append-only audit log (more in later modules)."""
+"""Trace services: the append-only audit log, its verification and retention.
+
+The audit log carries no payloads: ids, kinds, actors, times and a hash chain.
+Each event's hash covers its content and the previous event's hash, so editing,
+deleting or reordering rows breaks the chain where it happened.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agents.engine.canonical import canonical_json
 from traces.models import AuditEvent, AuditHead
 
 GENESIS = "0" * 64
+#: Tasks deleted per purge transaction (each batch leaves one tombstone).
+PURGE_BATCH = 500
 
 
 def _actor_name(actor: Any) -> str:
@@ -25,6 +37,7 @@ def _actor_name(actor: Any) -> str:
 
 
 def event_hash(event: AuditEvent) -> str:
+    """The sha256 of an event's canonical content, its position and its link."""
     body = canonical_json(
         {
             "position": event.position,
@@ -41,6 +54,12 @@ def event_hash(event: AuditEvent) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _redact(value: Any) -> Any:
+    from agents.services.runtime import redactor
+
+    return redactor().data(value)
+
+
 def audit_append(
     *,
     kind: str,
@@ -50,17 +69,24 @@ def audit_append(
     object_id: Any = "",
     data: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    """Append one event to the chain, under a lock on the chain head."""
+    """Append one event to the chain, under a lock on the chain head.
+
+    The head row is locked (``select_for_update`` on PostgreSQL; SQLite's
+    IMMEDIATE transactions take the write lock up front), so concurrent appends
+    queue instead of forking the chain; ``position`` is unique as a backstop.
+    Everything recorded passes the redactor (a failed login's user name can be
+    a pasted password).
+    """
     with transaction.atomic():
         head, _ = AuditHead.objects.select_for_update().get_or_create(pk=1)
         event = AuditEvent(
             position=head.position + 1,
             kind=kind,
-            actor=_actor_name(actor),
+            actor=_redact(_actor_name(actor))[:150],
             task_id=str(task_id or ""),
             object_type=object_type,
-            object_id=str(object_id or ""),
-            data=data or {},
+            object_id=_redact(str(object_id or ""))[:200],
+            data=_redact(data or {}),
             at=timezone.now(),
             prev_hash=head.hash,
         )
@@ -92,33 +118,84 @@ def audit_verify() -> tuple[int, list[str]]:
         previous = event.hash
         expected_position += 1
     head = AuditHead.objects.filter(pk=1).first()
-    if head is not None and count and head.hash != previous:
+    if head is not None and head.position and head.hash != previous:
         problems.append("the chain head does not match the last event (tail removed?)")
     return count, problems
 
 
-def traces_purge() -> int:
-    """Delete finished traces older than the retention; leave an audit tombstone."""
-    from datetime import timedelta
+def audit_event_payload(event: AuditEvent) -> dict[str, Any]:
+    """One audit event as JSON (exports, the JSON-lines log, trace documents)."""
+    return {
+        "position": event.position,
+        "kind": event.kind,
+        "actor": event.actor,
+        "task": event.task_id or None,
+        "object_type": event.object_type,
+        "object_id": event.object_id,
+        "data": event.data,
+        "at": event.at.isoformat(),
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
+    }
 
-    from django.conf import settings
 
+def audit_json_lines(*, after: int = 0, limit: int | None = None) -> Iterator[str]:
+    """The log from ``after`` (a position) on, one JSON object per line."""
+    events = AuditEvent.objects.filter(position__gt=after).order_by("position")
+    if limit is not None:
+        events = events[:limit]
+    for event in events.iterator(chunk_size=500):
+        yield json.dumps(audit_event_payload(event), ensure_ascii=False) + "\n"
+
+
+def _purgeable(cutoff: Any) -> Any:
     from agents.models import Task
+
+    # Local runs age from when they finished; imported ones from their import.
+    return Task.objects.filter(
+        Q(origin__isnull=True, finished_at__lt=cutoff)
+        | Q(origin__isnull=False, updated_at__lt=cutoff)
+    )
+
+
+def traces_purge(*, now: Any = None) -> int:
+    """Delete finished traces older than the retention; leave an audit tombstone.
+
+    A trace's task, steps, approvals and chat messages go; the audit log stays
+    whole (its rows hold no payloads) and gains one ``traces.purged`` event per
+    batch naming the deleted tasks. Returns the number of tasks deleted.
+    """
+    from agents.models import Conversation, Message, Task
 
     days = settings.REACH_TRACE_RETENTION_DAYS
     if days <= 0:
         return 0
-    cutoff = timezone.now() - timedelta(days=days)
-    old = Task.objects.filter(finished_at__lt=cutoff)
-    ids = [str(pk) for pk in old.values_list("pk", flat=True)[:1000]]
-    if not ids:
-        return 0
-    with transaction.atomic():
-        Task.objects.filter(pk__in=ids).delete()
-        audit_append(
-            kind="traces.purged",
-            actor="system",
-            object_type="task",
-            data={"count": len(ids), "before": cutoff.isoformat(), "tasks": ids},
-        )
-    return len(ids)
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    total = 0
+    while True:
+        ids = list(_purgeable(cutoff).values_list("pk", flat=True)[:PURGE_BATCH])
+        if not ids:
+            return total
+        with transaction.atomic():
+            conversations = set(
+                Task.objects.filter(pk__in=ids).values_list(
+                    "conversation_id", flat=True
+                )
+            )
+            # The goal and the reply are payloads of the run too.
+            Message.objects.filter(task_id__in=ids).delete()
+            Task.objects.filter(pk__in=ids).delete()
+            Conversation.objects.filter(pk__in=conversations, tasks=None).filter(
+                messages=None
+            ).delete()
+            audit_append(
+                kind="traces.purged",
+                actor="system",
+                object_type="task",
+                data={
+                    "count": len(ids),
+                    "before": cutoff.isoformat(),
+                    "tasks": [str(pk) for pk in ids],
+                },
+            )
+        total += len(ids)

@@ -172,7 +172,9 @@ class TokenEstimator:
                 raw = step.detail.get("prompt_estimate")
                 prompt = step.usage.get("prompt_tokens") or 0
                 if raw and prompt:
-                    return cls(max(0.25, min(4.0, prompt / float(raw))))
+                    # Scale up only: a budget must not be overrun because a model
+                    # counted a tools-heavy request more cheaply than its content.
+                    return cls(max(1.0, min(4.0, prompt / float(raw))))
         return cls()
 
     def raw(self, messages: Sequence[Mapping[str, Any]], tools: Any = None) -> float:

@@ -259,7 +259,16 @@ def _retry_after(exc: Any) -> float | None:
 
 
 def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` cut to ``limit`` characters, at a space when there is one.
+
+    Server error bodies can echo a key; cutting inside it would leave a prefix
+    the redactor no longer recognises, so whole words are kept or dropped.
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > 0 else "") + "…"
 
 
 def _actionable(kind: str, message: str, model: str, base_url: str) -> str:

@@ -39,6 +39,9 @@ MESSAGE_PREFIX = "message:"
 FUNCTION_PREFIX = "functions."
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
+# Calls in one reply when parallel tool calls are asked for. By default a reply holds
+# one call: asked for more, the small model guesses a second call's arguments before
+# seeing the first one's result (measured: search_notes plus calculate("sum(预算)")).
 MAX_TOOL_CALLS = 8
 
 TOOLS_INTRO = "\n\nYou have access to the following functions:\n"
@@ -633,16 +636,16 @@ def build_grammar(
     response_format: Any = None,
     *,
     tool_mode: bool | None = None,
+    max_calls: int = 1,
 ) -> str | None:
     """Return the GBNF grammar for a request, or ``None`` for unconstrained text.
 
     In tool mode a reply is ``message:`` and text (which never contains a line
-    starting ``functions.``), or one to ``MAX_TOOL_CALLS`` calls
-    ``functions.<name>:`` + arguments following that tool's schema, or a message
-    followed by calls. ``required`` allows only calls, a named function exactly one
-    call of it, ``none`` only a message. A ``response_format`` JSON schema constrains
-    the text. Without tools the text is free unless a ``response_format`` asks for
-    JSON.
+    starting ``functions.``), or one to ``max_calls`` calls ``functions.<name>:`` +
+    arguments following that tool's schema, or a message followed by calls.
+    ``required`` allows only calls, a named function exactly one call of it, ``none``
+    only a message. A ``response_format`` JSON schema constrains the text. Without
+    tools the text is free unless a ``response_format`` asks for JSON.
     """
     if tool_mode is None:
         tool_mode = bool(tools)
@@ -667,15 +670,13 @@ def build_grammar(
         return grammar.render()
     if tool_choice.mode == "function":
         chosen = [t for t in tools if t["function"]["name"] == tool_choice.name]
-        grammar.define("root", f'{_tool_call_rules(grammar, chosen)} "\\n"?')
+        grammar.define("root", f'{_tool_call_rules(grammar, chosen)} "\\n"{{0,2}}')
         return grammar.render()
     call = _tool_call_rules(grammar, tools)
-    # A newline may follow the last call: the model often ends a call with "}\n",
-    # and must then still be free to stop rather than be forced into another call.
-    calls = grammar.add(
-        "tool-calls",
-        f'{call} ("\\n" {call}){{0,{MAX_TOOL_CALLS - 1}}} "\\n"?',
-    )
+    # Newlines may end the last call: the model likes to end one with "}\n\n", and
+    # must then still be free to stop rather than be pushed into another call.
+    more = f' ("\\n" {call}){{0,{max_calls - 1}}}' if max_calls > 1 else ""
+    calls = grammar.add("tool-calls", f'{call}{more} "\\n"{{0,2}}')
     if tool_choice.mode == "required":
         grammar.define("root", calls)
     else:
@@ -691,15 +692,26 @@ def plan_request(
     functions: Sequence[Mapping[str, Any]] | None = None,
     function_call: Any = None,
     response_format: Any = None,
+    parallel_tool_calls: bool = False,
 ) -> RequestPlan:
-    """Render the prompt and build the grammar for one chat request."""
+    """Render the prompt and build the grammar for one chat request.
+
+    A reply holds at most one tool call unless ``parallel_tool_calls`` is true
+    (then up to ``MAX_TOOL_CALLS``).
+    """
     offered = normalize_tools(tools, functions)
     choice = resolve_tool_choice(offered, tool_choice, function_call)
     shown = offered if choice.mode != "none" else []
     tool_mode = uses_tools(messages, shown)
     return RequestPlan(
         segments=render_prompt(messages, shown, tool_mode=tool_mode),
-        grammar=build_grammar(shown, choice, response_format, tool_mode=tool_mode),
+        grammar=build_grammar(
+            shown,
+            choice,
+            response_format,
+            tool_mode=tool_mode,
+            max_calls=MAX_TOOL_CALLS if parallel_tool_calls else 1,
+        ),
         tool_names=[tool["function"]["name"] for tool in shown],
         tool_choice=choice,
         tool_mode=tool_mode,

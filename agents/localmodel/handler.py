@@ -10,8 +10,11 @@ server use it. Compared with the stock ``chatml-function-calling`` handler it
 - never HTML-escapes the prompt;
 - tokenizes message content without control tokens, so a tool result cannot forge a
   turn;
-- constrains the output in one pass: a text answer or tool calls whose arguments
-  follow each tool's JSON schema.
+- constrains the output in one pass: a text answer or a tool call whose arguments
+  follow the tool's JSON schema (one call per reply: asked for several, the small
+  model guesses the later calls' arguments before it sees the first result; a
+  ``parallel_tool_calls=True`` keyword allows up to eight, but the llama-cpp-python
+  server does not pass that field on).
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def reach_tools_chat_handler(
         functions=functions,
         function_call=function_call,
         response_format=response_format,
+        parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
     )
     prompt = tokenize_prompt(llama, plan.segments)
     room = llama.n_ctx() - len(prompt)

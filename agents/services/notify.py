@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -13,6 +16,54 @@ from agents.engine.redaction import Redactor
 from agents.push import APPROVALS_GROUP, push, task_group
 
 log = logging.getLogger(__name__)
+
+
+class _Dispatcher:
+    """Runs after-commit notifications on one thread per process, in order.
+
+    Loading, rendering and pushing a step costs milliseconds; a run must not wait
+    for it between its steps. Notifications keep the order of their commits; a
+    lost one (a process that dies) is recovered by the client's resume by rev.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Callable[[], None]] | None = None
+        self._pid: int | None = None
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._queue is None or self._pid != os.getpid():
+                self._queue, self._pid = queue.SimpleQueue(), os.getpid()
+                threading.Thread(
+                    target=self._run,
+                    args=(self._queue,),
+                    name="reach-notify",
+                    daemon=True,
+                ).start()
+            jobs = self._queue
+        jobs.put(job)
+
+    @staticmethod
+    def _run(jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        from django.db import connection
+
+        while True:
+            job = jobs.get()
+            try:
+                job()
+            except Exception:  # noqa: BLE001 - clients resume from the database
+                log.warning("notification failed", exc_info=True)
+            if jobs.empty():
+                # Hold no connection while idle (a pool or the server keeps it).
+                connection.close()
+
+
+_dispatcher = _Dispatcher()
+
+
+def _after_commit(job: Callable[[], None]) -> None:
+    transaction.on_commit(lambda: _dispatcher.submit(job))
 
 
 def _redactor() -> Redactor:
@@ -47,7 +98,9 @@ def _send(group: str, event: dict[str, Any]) -> None:
     push(group, {"type": "reach.event", "event": event})
 
 
-def steps_changed_on_commit(task_id: Any, step_ids: Sequence[int], *, task: bool = False) -> None:
+def steps_changed_on_commit(
+    task_id: Any, step_ids: Sequence[int], *, task: bool = False
+) -> None:
     """After commit, push the committed state of these steps (and the task)."""
 
     def send() -> None:
@@ -62,7 +115,7 @@ def steps_changed_on_commit(task_id: Any, step_ids: Sequence[int], *, task: bool
         except Exception:  # noqa: BLE001 - clients resume from the database
             log.warning("step push for task %s failed", task_id, exc_info=True)
 
-    transaction.on_commit(send)
+    _after_commit(send)
 
 
 def _push_task(task_id: Any) -> None:
@@ -80,7 +133,7 @@ def task_changed_on_commit(task_id: Any) -> None:
         except Exception:  # noqa: BLE001
             log.warning("task push for %s failed", task_id, exc_info=True)
 
-    transaction.on_commit(send)
+    _after_commit(send)
 
 
 def approval_changed_on_commit(approval_id: Any) -> None:
@@ -107,4 +160,4 @@ def approval_changed_on_commit(approval_id: Any) -> None:
         except Exception:  # noqa: BLE001
             log.warning("approval push for %s failed", approval_id, exc_info=True)
 
-    transaction.on_commit(send)
+    _after_commit(send)

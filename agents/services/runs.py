@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -101,6 +101,11 @@ def task_start(
         active = conversation.tasks.filter(status__in=Task.ACTIVE).first()
         if active is not None:
             raise ConversationBusy(active)
+        if conversation.tasks.filter(origin__isnull=False).exists():
+            # An imported trace is a read-only record: nothing runs beside it.
+            raise ValueError(
+                "This conversation holds an imported trace; it is read-only."
+            )
         now = timezone.now()
         snapshot = agent_snapshot(conversation.agent)
         if model:
@@ -211,6 +216,9 @@ def _finish_task(
 ) -> None:
     """Set final fields on a locked task and add the assistant's reply."""
     now = timezone.now()
+    # Error messages can quote what a server echoed back (keys included).
+    answer = _redact_text(answer)
+    message = _redact_text(message)
     task.status = reason.task_status.value
     task.stop_reason = reason.value
     task.final_answer = answer
@@ -262,7 +270,8 @@ def task_claim(*, task_id: Any, owner: str) -> int | None:
         | (Q(status=TaskStatus.WAITING_APPROVAL) & ~Exists(waiting))
     )
     claimed = (
-        Task.objects.filter(claimable, pk=task_id)
+        # Imported traces (origin set) are records, never runs.
+        Task.objects.filter(claimable, pk=task_id, origin__isnull=True)
         .update(
             status=TaskStatus.RUNNING,
             lease_owner=owner,
@@ -321,6 +330,9 @@ class _Heartbeat:
                     ).update(lease_expires_at=expires)
             except Exception:  # noqa: BLE001 - next beat tries again
                 log.warning("lease heartbeat failed", exc_info=True)
+            finally:
+                # Hold no connection between beats (a pool or the server keeps it).
+                connection.close()
 
 
 _heartbeat = _Heartbeat()
@@ -339,12 +351,18 @@ class DjangoJournal:
         self.epoch = epoch
         self._claimed_at = time.monotonic()
         self._active_before = task.active_seconds
+        # Step ids by seq, so an update needs no lookup (filled as steps are seen).
+        self._step_pks: dict[int, int] = {}
 
     # reading
 
     def snapshot(self) -> RunSnapshot:
-        task = Task.objects.select_related("agent", "conversation").get(pk=self._task_pk)
-        steps = [s.record() for s in task.steps.order_by("seq")]
+        task = Task.objects.select_related("agent", "conversation").get(
+            pk=self._task_pk
+        )
+        rows = list(task.steps.order_by("seq"))
+        self._step_pks.update((row.seq, row.pk) for row in rows)
+        steps = [row.record() for row in rows]
         snapshot = task.agent_snapshot or {}
         return RunSnapshot(
             goal=task.goal,
@@ -378,7 +396,12 @@ class DjangoJournal:
     # writing (every write locks the task row and checks the lease)
 
     def _locked_task(self) -> Task:
-        task = Task.objects.select_for_update().get(pk=self._task_pk)
+        # The snapshot (tool definitions) is large and never written here.
+        task = (
+            Task.objects.select_for_update()
+            .defer("agent_snapshot")
+            .get(pk=self._task_pk)
+        )
         if (
             task.lease_owner != self.owner
             or task.lease_epoch != self.epoch
@@ -396,14 +419,20 @@ class DjangoJournal:
             for record in steps:
                 task.rev += 1
                 row = Step(task=task, seq=record.seq, rev=task.rev)
-                row.apply(_clip(record))
+                row.apply(_stored(record))
                 rows.append(row)
                 if record.kind is StepKind.MODEL_CALL and record.usage:
                     task.prompt_tokens += record.usage.get("prompt_tokens", 0)
                     task.completion_tokens += record.usage.get("completion_tokens", 0)
                     task.total_tokens += record.usage.get("total_tokens", 0)
             Step.objects.bulk_create(rows)
-            task.step_count = task.steps.count()
+            if any(row.pk is None for row in rows):
+                # A backend that cannot return ids from a bulk insert.
+                rows = list(
+                    Step.objects.filter(task=task, seq__in=[r.seq for r in rows])
+                )
+            self._step_pks.update((row.seq, row.pk) for row in rows)
+            task.step_count += len(rows)
             task.updated_at = timezone.now()
             task.save(
                 update_fields=[
@@ -415,23 +444,27 @@ class DjangoJournal:
                     "updated_at",
                 ]
             )
-            saved = list(Step.objects.filter(task=task, seq__in=[r.seq for r in rows]))
-            for row in saved:
+            for row in rows:
                 if row.status == StepStatus.WAITING_APPROVAL:
                     approval_create(task=task, step=row)
-            notify.steps_changed_on_commit(
-                task.pk, [r.pk for r in saved], task=True
-            )
-        return [row.record() for row in sorted(saved, key=lambda r: r.seq)]
+            notify.steps_changed_on_commit(task.pk, [r.pk for r in rows], task=True)
+        return [row.record() for row in sorted(rows, key=lambda r: r.seq)]
 
     def update(self, step: StepRecord) -> StepRecord:
         with transaction.atomic():
             task = self._locked_task()
-            row = Step.objects.select_for_update().get(task=task, seq=step.seq)
             task.rev += 1
-            row.apply(_clip(step))
-            row.rev = task.rev
-            row.save()
+            stored = _stored(step)
+            row = Step(task=task, seq=step.seq, rev=task.rev)
+            row.apply(stored)
+            values = {name: getattr(row, name) for name in Step.RECORD_FIELDS}
+            pk = self._step_pks.get(step.seq)
+            if pk is None:
+                pk = Step.objects.only("pk").get(task=task, seq=step.seq).pk
+                self._step_pks[step.seq] = pk
+            # The task row is locked: one UPDATE, no read of the step first.
+            Step.objects.filter(pk=pk).update(rev=task.rev, **values)
+            row.pk = pk
             fields = ["rev", "updated_at"]
             if (
                 step.detail.get("untrusted")
@@ -531,6 +564,35 @@ class DjangoJournal:
         return row.record()
 
 
+def _redact_text(text: str | None) -> str | None:
+    from agents.services.runtime import redactor
+
+    return redactor().text(text) if text else text
+
+
+def _stored(record: StepRecord) -> StepRecord:
+    """What is persisted of a step: redacted, then clipped.
+
+    The engine redacts what it knows to be payloads; this catches the rest
+    (validation messages quoting arguments, attempt errors, model errors that
+    echo a key) on the one path every step takes to the database.
+    """
+    from agents.services.runtime import redactor
+
+    r = redactor()
+    redacted = record.copy(
+        arguments=r.data(record.arguments),
+        raw_arguments=_redact_text(record.raw_arguments),
+        proposed_arguments=r.data(record.proposed_arguments),
+        result=r.data(record.result),
+        error=_redact_text(record.error),
+        attempts=r.data(list(record.attempts or [])),
+        response=r.data(record.response),
+        detail=r.data(dict(record.detail or {})),
+    )
+    return _clip(redacted)
+
+
 def _clip(record: StepRecord) -> StepRecord:
     """Bound what is stored of a result (the model already saw a shaped one)."""
     from agents.engine.canonical import dumps
@@ -555,6 +617,14 @@ def _system_prompt(snapshot: dict[str, Any]) -> str:
 
 def _history(task: Task, limit: int = 20) -> list[dict[str, str]]:
     """Earlier turns of the conversation: user messages and final replies."""
+    carried = (task.agent_snapshot or {}).get("history")
+    if isinstance(carried, list):
+        # A fork carries its parent's context (it lives in a new conversation).
+        return [
+            {"role": str(m.get("role")), "content": str(m.get("content"))}
+            for m in carried
+            if isinstance(m, dict)
+        ][-limit:]
     messages = list(
         Message.objects.filter(
             conversation_id=task.conversation_id, created_at__lt=task.created_at
@@ -636,7 +706,7 @@ def tasks_reap() -> list[str]:
     waiting = Step.objects.filter(
         task=OuterRef("pk"), status=StepStatus.WAITING_APPROVAL
     )
-    stale = Task.objects.filter(
+    stale = Task.objects.filter(origin__isnull=True).filter(
         Q(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
         | Q(status=TaskStatus.QUEUED, updated_at__lt=grace)
         | (

@@ -88,6 +88,16 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
                 f"No python handler named '{name}'. Registered: "
                 + ", ".join(handler_names()),
             )
+    if tool.kind == Tool.Kind.HTTP:
+        from agents.tools.http import http_settings_errors
+
+        for message in http_settings_errors(
+            tool.http,
+            tool.parameters if isinstance(tool.parameters, Mapping) else {},
+            idempotent=bool(tool.idempotent),
+            max_retries=int(tool.max_retries or 0),
+        ):
+            add("http", message)
     if tool.timeout_s <= 0 or tool.timeout_s > 600:
         add("timeout_s", "Timeout must be between 0 and 600 seconds.")
     for pointer in tool.result_fields or []:
@@ -95,6 +105,17 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
             add("result_fields", f"Not a JSON pointer: {pointer!r} (use /field).")
     if not isinstance(tool.tags, list) or not all(isinstance(t, str) for t in tool.tags):
         add("tags", "Tags are a list of strings.")
+    if tool.kind == Tool.Kind.MCP and tool.mcp_server_id is None:
+        add("mcp_server", "An MCP tool names the MCP server that serves it.")
+    if tool.enabled and not tool.confirmed:
+        # Imported tools carry a policy guessed from the server's hints.
+        add(
+            "enabled",
+            "This imported tool's policy is not confirmed yet: review its risk, "
+            "approval and the other policy fields, then confirm it (the "
+            "“Confirm policy and enable” action, or tick Confirmed) before "
+            "enabling it.",
+        )
     return errors
 
 
@@ -116,6 +137,9 @@ def tool_save(*, tool: Tool, user: Any = None) -> tuple[Tool, bool]:
 
     Returns the tool and whether a new version was made.
     """
+    if not tool.approval_rule:
+        # A blank form field means "no rule", the same as null: not a change.
+        tool.approval_rule = None
     errors = tool_clean(tool)
     if errors:
         raise ValidationError(errors)
@@ -148,6 +172,31 @@ def tool_save(*, tool: Tool, user: Any = None) -> tuple[Tool, bool]:
         data={"version": tool.version},
     )
     return tool, True
+
+
+def tool_confirm(*, tool: Tool, user: Any = None, enable: bool = True) -> Tool:
+    """An operator confirms ``tool``'s policy (imported tools start unconfirmed).
+
+    Enables it too unless ``enable`` is false; a new version records who and when.
+    """
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        was_confirmed = tool.confirmed
+        tool.confirmed = True
+        if enable:
+            tool.enabled = True
+        tool, _ = tool_save(tool=tool, user=user)
+        if not was_confirmed:
+            from traces.services import audit_append
+
+            audit_append(
+                kind="tool.confirmed",
+                actor=user,
+                object_type="tool",
+                object_id=tool.name,
+                data={"version": tool.version},
+            )
+    return tool
 
 
 def _change_kind(previous: Tool, tool: Tool) -> str:

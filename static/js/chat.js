@@ -44,7 +44,9 @@ function taskBlock(task) {
   const reason = el("span", "stop-reason muted small");
   reason.dataset.stopReason = "";
   const meta = el("span", "muted small");
-  meta.append(document.createTextNode(`${task.model || ""} · `));
+  const model = el("span", "", task.model || "");
+  model.dataset.model = "";
+  meta.append(model, document.createTextNode(" · "));
   const tokens = el("span", "", String(task.usage ? task.usage.total_tokens : 0));
   tokens.dataset.tokens = "";
   meta.append(tokens, document.createTextNode(" tokens"));
@@ -69,6 +71,8 @@ function updateTask(article, task) {
   }
   const tokens = article.querySelector("[data-tokens]");
   if (tokens && task.usage) tokens.textContent = String(task.usage.total_tokens);
+  const model = article.querySelector("[data-model]");
+  if (model && task.model) model.textContent = task.model;
   const reason = article.querySelector("[data-stop-reason]");
   if (reason) {
     reason.textContent =
@@ -116,12 +120,26 @@ function watch(article) {
   streams.set(taskId, stream);
 }
 
+// Show a conversation started on this page in the sidebar, as a reload would.
+function listConversation(id, title) {
+  const list = document.querySelector(".conversations");
+  if (!list) return;
+  for (const item of list.querySelectorAll("li.muted")) item.remove();
+  for (const item of list.querySelectorAll("li.current")) item.classList.remove("current");
+  const item = el("li", "current");
+  const link = el("a", "", title.length > 48 ? `${title.slice(0, 47)}…` : title);
+  link.href = `/c/${id}/`;
+  item.append(link, el("span", "muted small", `${root.dataset.agent} · just now`));
+  list.prepend(item);
+}
+
 async function ensureConversation() {
   if (root.dataset.conversation) return root.dataset.conversation;
   const created = await api("POST", "/api/conversations/", { agent: root.dataset.agent });
   if (!created.ok) throw new Error((created.data && created.data.error) || "Could not start a conversation.");
   root.dataset.conversation = created.data.id;
   history.replaceState(null, "", `/c/${created.data.id}/`);
+  listConversation(created.data.id, input.value.trim());
   return created.data.id;
 }
 

@@ -54,9 +54,9 @@ NOTE = (
     '[{"title": "缓存改造", '
     '"content": "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。"}]'
 )
-CALL_CALCULATE = (
-    '<tool_call>\n{"name": "calculate", "arguments": {"expression": "1"}}\n</tool_call>'
-)
+CALL_CALCULATE = 'functions.calculate:\n{"expression": "1"}'
+CALC_ONE_PLUS_ONE = {"name": "calculate", "arguments": '{"expression": "1+1"}'}
+CALC_TWO_PLUS_TWO = {"name": "calculate", "arguments": '{"expression": "2+2"}'}
 CONVERSATION = [
     {"role": "system", "content": 'You are "Reach", a helpful agent.'},
     {"role": "user", "content": "项目笔记里哪个方案提到 Redis？"},
@@ -87,7 +87,9 @@ def prompt_of(messages: list[dict], tools: list[dict] | None = None) -> str:
 
 def test_tool_results_are_rendered_as_tool_responses() -> None:
     prompt = prompt_of(CONVERSATION, TOOLS)
-    assert f"<tool_response>\n{NOTE}\n</tool_response>" in prompt
+    assert f"{IM_START}user\n<tool_response>\n{NOTE}\n</tool_response>{IM_END}\n" in (
+        prompt
+    )
     assert prompt.endswith(f"{IM_START}assistant\n")
 
 
@@ -97,24 +99,35 @@ def test_quotes_are_not_html_escaped() -> None:
     assert "&quot;" not in prompt
     assert 'You are "Reach", a helpful agent.' in prompt
     assert '"title": "缓存改造"' in prompt
+    assert "Search the team's project notes" in prompt
 
 
 def test_tools_are_listed_in_the_system_turn() -> None:
     prompt = prompt_of(CONVERSATION, TOOLS)
     system = prompt.split(IM_END)[0]
     assert system.startswith(f'{IM_START}system\nYou are "Reach"')
-    assert "<tools>" in system and "</tools>" in system
+    assert "You have access to the following functions:" in system
     for tool in TOOLS:
-        assert json.dumps(tool, ensure_ascii=False) in system
+        function = tool["function"]
+        assert (
+            f"functions.{function['name']}:\n{function['description']}\n"
+            + json.dumps(function["parameters"], ensure_ascii=False)
+        ) in system
+    assert "begin the message with 'message:'" in system
 
 
-def test_assistant_tool_calls_use_qwen_tool_call_blocks() -> None:
+def test_assistant_tool_calls_are_rendered_as_function_lines() -> None:
     prompt = prompt_of(CONVERSATION, TOOLS)
     assert (
-        f"{IM_START}assistant\n<tool_call>\n"
-        '{"name": "search_notes", "arguments": {"keyword": "Redis"}}\n'
-        f"</tool_call>{IM_END}\n"
+        f"{IM_START}assistant\nfunctions.search_notes:\n"
+        f'{{"keyword": "Redis"}}{IM_END}\n'
     ) in prompt
+
+
+def test_assistant_text_is_rendered_as_a_message() -> None:
+    messages = [*CONVERSATION, {"role": "assistant", "content": "缓存改造 uses Redis."}]
+    prompt = prompt_of(messages, TOOLS)
+    assert f"{IM_START}assistant\nmessage:\n缓存改造 uses Redis.{IM_END}\n" in prompt
 
 
 def test_consecutive_tool_results_share_one_user_turn() -> None:
@@ -124,37 +137,26 @@ def test_consecutive_tool_results_share_one_user_turn() -> None:
             "role": "assistant",
             "content": "Looking.",
             "tool_calls": [
-                {
-                    "id": "a",
-                    "type": "function",
-                    "function": {
-                        "name": "calculate",
-                        "arguments": '{"expression": "1+1"}',
-                    },
-                },
-                {
-                    "id": "b",
-                    "type": "function",
-                    "function": {
-                        "name": "calculate",
-                        "arguments": '{"expression": "2+2"}',
-                    },
-                },
+                {"id": "a", "type": "function", "function": CALC_ONE_PLUS_ONE},
+                {"id": "b", "type": "function", "function": CALC_TWO_PLUS_TWO},
             ],
         },
         {"role": "tool", "tool_call_id": "a", "content": "2"},
         {"role": "tool", "tool_call_id": "b", "content": "4"},
     ]
     prompt = prompt_of(messages, TOOLS)
-    assert "Looking.\n<tool_call>\n" in prompt
-    assert "</tool_call>\n<tool_call>\n" in prompt
+    assert (
+        "message:\nLooking.\n"
+        'functions.calculate:\n{"expression": "1+1"}\n'
+        'functions.calculate:\n{"expression": "2+2"}<|im_end|>'
+    ) in prompt
     assert (
         f"{IM_START}user\n<tool_response>\n2\n</tool_response>\n"
         f"<tool_response>\n4\n</tool_response>{IM_END}\n"
     ) in prompt
 
 
-def test_default_system_prompt_and_no_tools_section_without_tools() -> None:
+def test_plain_chatml_without_tools() -> None:
     prompt = prompt_of([{"role": "user", "content": "Hi"}])
     assert prompt == (
         f"{IM_START}system\n{chatformat.DEFAULT_SYSTEM}{IM_END}\n"
@@ -163,13 +165,8 @@ def test_default_system_prompt_and_no_tools_section_without_tools() -> None:
 
 
 def test_content_parts_are_joined() -> None:
-    messages = [
-        {
-            "role": "user",
-            "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
-        }
-    ]
-    assert "\nab<|im_end|>" in prompt_of(messages)
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    assert "\nab<|im_end|>" in prompt_of([{"role": "user", "content": parts}])
 
 
 def test_control_tokens_only_appear_in_template_segments() -> None:
@@ -198,11 +195,18 @@ def test_tools_without_tool_choice_mean_auto() -> None:
         resolve_tool_choice(TOOLS, {"type": "function", "function": {"name": "nope"}})
 
 
-def test_tool_choice_none_hides_the_tools() -> None:
-    plan = plan_request([{"role": "user", "content": "hi"}], TOOLS, "none")
-    assert "<tools>" not in plan.prompt
-    assert plan.grammar is None
+def test_tool_choice_none_hides_the_tools_and_asks_for_a_message() -> None:
+    plan = plan_request(CONVERSATION, TOOLS, "none")
+    assert "functions.calculate:\n" not in plan.prompt
     assert plan.tool_names == []
+    assert plan.tool_mode
+    assert rules_of(plan.grammar or "")["root"] == "message"
+
+
+def test_plain_chat_has_no_grammar() -> None:
+    plan = plan_request([{"role": "user", "content": "hi"}])
+    assert not plan.tool_mode
+    assert plan.grammar is None
 
 
 def test_legacy_functions_become_tools() -> None:
@@ -225,19 +229,6 @@ def rules_of(grammar: str) -> dict[str, str]:
     return rules
 
 
-def test_auto_grammar_allows_text_or_tool_calls() -> None:
-    grammar = build_grammar(TOOLS, ToolChoice("auto"))
-    assert grammar is not None
-    rules = rules_of(grammar)
-    assert grammar.startswith("root ::= ")
-    assert rules["root"] == "tool-calls | text | text tool-calls"
-    assert '"\\"keyword\\": " json-string' in rules["args-search-notes"]
-    assert (
-        '"{\\"name\\": \\"calculate\\", \\"arguments\\": "' in rules["call-calculate"]
-    )
-    assert "{0,7}" in rules["tool-calls"]
-
-
 def referenced_rules(body: str) -> set[str]:
     body = re.sub(r'"(?:\\.|[^"\\])*"', " ", body)
     body = re.sub(r"\[(?:\\.|[^\]\\])*\]", " ", body)
@@ -245,12 +236,36 @@ def referenced_rules(body: str) -> set[str]:
     return set(re.findall(r"[A-Za-z0-9-]+", body))
 
 
+def test_auto_grammar_allows_a_message_or_one_tool_call() -> None:
+    grammar = build_grammar(TOOLS, ToolChoice("auto"))
+    assert grammar is not None
+    assert grammar.startswith("root ::= ")
+    rules = rules_of(grammar)
+    assert rules["root"] == 'tool-calls | message | message "\\n" tool-calls'
+    assert rules["tool-calls"] == 'tool-call "\\n"{0,2}'
+    assert rules["tool-call"] == "call-search-notes | call-calculate"
+    assert rules["call-calculate"] == '"functions.calculate:\\n" args-calculate'
+    assert rules["args-search-notes"] == '"{" ("\\"keyword\\": " json-string) "}"'
+    assert rules["message"] == '"message:" text'
+
+
+def test_parallel_tool_calls_allow_several_calls() -> None:
+    plan = plan_request(CONVERSATION, TOOLS, parallel_tool_calls=True)
+    rules = rules_of(plan.grammar or "")
+    assert rules["tool-calls"] == 'tool-call ("\\n" tool-call){0,7} "\\n"{0,2}'
+
+
 @pytest.mark.parametrize(
     "choice",
-    [ToolChoice("auto"), ToolChoice("required"), ToolChoice("function", "calculate")],
+    [
+        ToolChoice("auto"),
+        ToolChoice("required"),
+        ToolChoice("function", "calculate"),
+        ToolChoice("none"),
+    ],
 )
 def test_every_referenced_rule_is_defined(choice: ToolChoice) -> None:
-    rules = rules_of(build_grammar(TOOLS, choice) or "")
+    rules = rules_of(build_grammar(TOOLS, choice, tool_mode=True) or "")
     for name, body in rules.items():
         assert referenced_rules(body) <= set(rules), name
 
@@ -260,26 +275,40 @@ def test_required_and_named_tool_choice_allow_only_calls() -> None:
     assert required["root"] == "tool-calls"
     named = rules_of(build_grammar(TOOLS, ToolChoice("function", "calculate")) or "")
     assert "call-search-notes" not in named
-    assert named["root"] == "tool-call"
+    assert named["root"] == 'tool-call "\\n"{0,2}'
+    assert named["tool-call"] == "call-calculate"
 
 
-def test_plain_chat_has_no_grammar_unless_json_is_asked() -> None:
-    assert build_grammar([], ToolChoice("none")) is None
+def test_json_response_format_constrains_the_answer() -> None:
     grammar = build_grammar([], ToolChoice("none"), {"type": "json_object"})
-    assert grammar is not None
-    assert rules_of(grammar)["root"] == "json-object"
+    assert rules_of(grammar or "")["root"] == "json-object"
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    response_format = {"type": "json_schema", "json_schema": {"schema": schema}}
+    with_tools = rules_of(
+        build_grammar(TOOLS, ToolChoice("auto"), response_format) or ""
+    )
+    assert with_tools["message"] == '"message:\\n" answer'
+    assert with_tools["answer"] == '"{" ("\\"ok\\": " json-boolean)? "}"'
 
 
 def text_matches(grammar: str, text: str) -> bool:
-    """Run the text-branch automaton of a grammar over ``text`` (a tiny interpreter
-    for its ``text-sN`` rules)."""
+    """Run the message text automaton of a grammar (its ``text-sN`` rules) over
+    ``text``."""
     rules = rules_of(grammar)
     transitions: dict[str, list[tuple[str, bool, str]]] = {}
     for name, body in rules.items():
         if name == "text" or name.startswith("text-s"):
             options = re.findall(r"\[(\^?)((?:\\.|[^\]])*)\] (text-s\d+)", body)
             transitions[name] = [
-                (re.sub(r"\\(.)", r"\1", chars), negated == "^", target)
+                (
+                    re.sub(
+                        r"\\x([0-9A-F]{2})|\\(.)",
+                        lambda m: chr(int(m[1], 16)) if m[1] else m[2],
+                        chars,
+                    ),
+                    negated == "^",
+                    target,
+                )
                 for negated, chars, target in options
             ]
     state = "text"
@@ -296,15 +325,15 @@ def text_matches(grammar: str, text: str) -> bool:
 @pytest.mark.parametrize(
     ("text", "allowed"),
     [
-        ("Hello! How can I help?", True),
-        ("if a < b: use <tool_cal without closing", True),
-        ("x <<tool_call", True),
-        ("Sure.\n<tool_call>\n{}", False),
-        ("<tool_call>", False),
+        (" Hello! How can I help?", True),
+        ("\nThe functions.calculate tool said 1088.\nfunctions are fun", True),
+        ("\n\nfunctions", True),
+        ("\nSure.\nfunctions.calculate:", False),
+        ("\nfunctions.", False),
         ("", False),
     ],
 )
-def test_text_branch_never_contains_a_tool_call_tag(text: str, allowed: bool) -> None:
+def test_message_text_never_starts_a_line_with_a_call(text: str, allowed: bool) -> None:
     grammar = build_grammar(TOOLS, ToolChoice("auto")) or ""
     assert text_matches(grammar, text) is allowed
 
@@ -349,6 +378,28 @@ def test_schema_converter_covers_optional_enum_array_and_nested_objects() -> Non
     assert "(json-integer | json-null)" in args
 
 
+def test_recursive_refs_become_recursive_rules() -> None:
+    node = {
+        "type": "object",
+        "properties": {
+            "value": {"type": "integer"},
+            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+        },
+        "required": ["value"],
+    }
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "tree",
+            "parameters": {"$ref": "#/$defs/node", "$defs": {"node": node}},
+        },
+    }
+    rules = rules_of(build_grammar([tool], ToolChoice("auto")) or "")
+    assert rules["call-tree"] == '"functions.tree:\\n" ref-node'
+    assert "ref-node-children" in rules["ref-node"]
+    assert rules["ref-node-children"] == '"[" (ref-node (", " ref-node){0,})? "]"'
+
+
 def test_all_optional_properties_may_be_omitted() -> None:
     tool = {
         "type": "function",
@@ -370,18 +421,16 @@ def test_all_optional_properties_may_be_omitted() -> None:
 def test_tool_without_parameters_takes_an_empty_object() -> None:
     tool = {"type": "function", "function": {"name": "now"}}
     rules = rules_of(build_grammar([tool], ToolChoice("auto")) or "")
-    assert rules["call-now"] == '"{\\"name\\": \\"now\\", \\"arguments\\": " "{}" "}"'
+    assert rules["call-now"] == '"functions.now:\\n" "{}"'
 
 
 # -------------------------------------------------------------------------- parsing
 
+NAMES = ["search_notes", "calculate"]
+
 
 def test_single_tool_call_is_parsed() -> None:
-    text = (
-        '<tool_call>\n{"name": "search_notes", "arguments": {"keyword": "Redis"}}\n'
-        "</tool_call>"
-    )
-    reply = parse_completion(text, ["search_notes", "calculate"])
+    reply = parse_completion('functions.search_notes:\n{"keyword": "Redis"}\n\n', NAMES)
     assert reply.content is None
     assert reply.errors == []
     [call] = reply.tool_calls
@@ -393,15 +442,13 @@ def test_single_tool_call_is_parsed() -> None:
     }
 
 
-def test_multiple_tool_calls_and_leading_text_are_parsed() -> None:
+def test_message_and_several_tool_calls_are_parsed() -> None:
     text = (
-        "Let me compute both.\n"
-        '<tool_call>\n{"name": "calculate", "arguments": {"expression": "1 + 1"}}\n'
-        "</tool_call>\n"
-        '<tool_call>\n{"name": "calculate", "arguments": {"expression": "中 * 2"}}\n'
-        "</tool_call>"
+        "message:\nLet me compute both.\n"
+        'functions.calculate:\n{"expression": "1 + 1"}\n'
+        'functions.calculate:\n{"expression": "中 * 2"}'
     )
-    reply = parse_completion(text, ["calculate"])
+    reply = parse_completion(text, NAMES)
     assert reply.content == "Let me compute both."
     assert [json.loads(c["function"]["arguments"]) for c in reply.tool_calls] == [
         {"expression": "1 + 1"},
@@ -411,45 +458,53 @@ def test_multiple_tool_calls_and_leading_text_are_parsed() -> None:
     assert len({c["id"] for c in reply.tool_calls}) == 2
 
 
-def test_text_answer_is_content() -> None:
-    reply = parse_completion("  The total is 1088.  ", ["calculate"])
+def test_a_repeated_call_in_one_reply_is_dropped() -> None:
+    call = 'functions.search_notes:\n{"keyword": "Redis"}'
+    reply = parse_completion(f"{call}\n{call}", NAMES)
+    assert len(reply.tool_calls) == 1
+
+
+def test_message_is_content() -> None:
+    reply = parse_completion("message: The total is 1088.\n", NAMES)
     assert reply == ParsedReply(content="The total is 1088.")
 
 
-def test_tool_call_markup_without_tools_is_just_text() -> None:
-    text = '<tool_call>\n{"name": "calculate", "arguments": {}}\n</tool_call>'
-    assert parse_completion(text, []).content == text
+def test_plain_mode_keeps_text_as_is() -> None:
+    text = "message: functions.calculate:\n{}"
+    assert parse_completion(text, [], tool_mode=False).content == text
+
+
+def test_text_without_a_prefix_is_content() -> None:
+    assert parse_completion("Hello there", NAMES).content == "Hello there"
 
 
 def test_truncated_tool_call_is_reported_and_kept_as_text() -> None:
-    text = '<tool_call>\n{"name": "calculate", "argum'
-    reply = parse_completion(text, ["calculate"])
+    text = 'functions.calculate:\n{"expression": "12'
+    reply = parse_completion(text, NAMES)
     assert reply.tool_calls == []
     assert reply.content == text
     assert reply.errors and "not valid JSON" in reply.errors[0]
 
 
-def test_malformed_calls_are_skipped_when_another_parses() -> None:
+def test_malformed_calls_are_reported_when_another_parses() -> None:
     text = (
-        '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>\n'
-        '<tool_call>\n{"name": "calculate", '
-        '"arguments": "{\\"expression\\": \\"2\\"}"}\n'
-        "</tool_call>\n"
-        '<tool_call>\n{"name": "calculate", "arguments": [1]}\n</tool_call>'
+        'functions.calculate:\n{"expression": "2"}\n'
+        "functions.rm_rf:\n{}\n"
+        "functions.calculate:\n[1]\n"
+        "and then some chatter"
     )
-    reply = parse_completion(text, ["calculate"])
+    reply = parse_completion(text, NAMES)
     assert [c["function"]["arguments"] for c in reply.tool_calls] == [
         '{"expression": "2"}'
     ]
-    assert len(reply.errors) == 2
+    assert len(reply.errors) == 3
     assert "unknown tool 'rm_rf'" in reply.errors[0]
+    assert "not an object" in reply.errors[1]
+    assert "unexpected text" in reply.errors[2]
 
 
 def test_chat_completion_dict_has_openai_shape() -> None:
-    reply = parse_completion(
-        CALL_CALCULATE,
-        ["calculate"],
-    )
+    reply = parse_completion(CALL_CALCULATE, NAMES)
     completion = build_chat_completion(
         reply, model="m", prompt_tokens=10, completion_tokens=5, finish_reason="stop"
     )
@@ -475,10 +530,7 @@ def test_chat_completion_dict_has_openai_shape() -> None:
 
 
 def test_stream_chunks_replay_the_completion() -> None:
-    reply = parse_completion(
-        CALL_CALCULATE,
-        ["calculate"],
-    )
+    reply = parse_completion(CALL_CALCULATE, NAMES)
     completion = build_chat_completion(
         reply, model="m", prompt_tokens=1, completion_tokens=1
     )

@@ -1,0 +1,435 @@
+"""``make bench``: platform overhead per step, and 200 concurrent tasks.
+
+Runs everything on this machine, on the embedded defaults (SQLite in WAL mode in a
+temporary ``var/``, the bundled Redis), against the scripted model server in its
+own process (``bench.model_server``), through the real ``openai`` SDK:
+
+1. **Per-step overhead.** A zero-latency model answers N-1 ``calculate`` calls and
+   then a text answer. The runner drives T such tasks one after another in this
+   process (``task_advance``: engine, database, pushes, SDK). Next to it a bare
+   openai-SDK loop makes the same number of model calls with the same tools
+   against the same server. Both subtract the server's own time per request
+   (reported by the server), and the difference is the platform's cost.
+2. **200 concurrent tasks.** A real Celery worker subprocess (threads pool,
+   concurrency 200) runs 200 demo tasks (3 model calls each) against a model with
+   200 ms latency; the wall time from the first enqueue to the last final task is
+   compared with the ideal (model calls per task x latency).
+
+Prints medians and ratios; no target is asserted. Options: ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
+
+
+class Proc:
+    """A child process whose output lines are collected by a thread."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        self._lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._lock:
+                self.lines.append(line.rstrip())
+
+    def wait_line(self, text: str, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                found = next((line for line in self.lines if text in line), None)
+            if found is not None:
+                return found
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.02)
+        tail = "\n".join(self.lines[-30:])
+        raise RuntimeError(f"{self.name} did not say {text!r}:\n{tail}")
+
+    def take_timings(self) -> list[float]:
+        """The server's own times (ms) reported since the last call."""
+        with self._lock:
+            values = [float(line[2:]) for line in self.lines if line.startswith("T ")]
+            self.lines = [line for line in self.lines if not line.startswith("T ")]
+        return values
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, poll: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the benchmark did not finish in time")
+        time.sleep(poll)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def p90(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return median(values)
+    return statistics.quantiles(values, n=10)[-1]
+
+
+def start_model(env: dict[str, str], *args: str) -> tuple[Proc, str]:
+    proc = Proc("model", [sys.executable, "-m", "bench.model_server", *args], env)
+    url = proc.wait_line("READY", 30).split()[-1]
+    return proc, url
+
+
+# -- setup ---------------------------------------------------------------------------
+
+
+def prepare(var_dir: Path) -> tuple[Any, dict[str, str]]:
+    """Environment, Redis, database: returns the Redis server and the child env."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.redis_server import BundledRedis
+
+    redis_server = BundledRedis().start()
+    env = {
+        **os.environ,
+        "REACH_VAR_DIR": str(var_dir),
+        "REDIS_URL": redis_server.url,
+        "OPENAI_API_KEY": "bench-key",
+        "OPENAI_MODEL": "scripted-model",
+        "REACH_DEMO_PASSWORD": "bench-password-1234",
+        "REACH_LOG_LEVEL": "WARNING",
+        "REACH_MODEL_MAX_RETRIES": "0",
+        "PYTHONUNBUFFERED": "1",
+        "DJANGO_SETTINGS_MODULE": "reach_site.settings",
+    }
+    for name in ("DATABASE_URL", "OPENAI_BASE_URL", "REACH_TEST_DB_NAME"):
+        env.pop(name, None)
+    os.environ.clear()
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from agents.demo import seed_demo
+
+    call_command("migrate", verbosity=0)
+    seed_demo()
+    return redis_server, env
+
+
+def use_model(url: str) -> None:
+    from django.conf import settings
+
+    settings.OPENAI_BASE_URL = url
+
+
+# -- 1. per-step overhead --------------------------------------------------------------
+
+
+def platform_loop(model: Proc, tasks: int, steps: int) -> dict[str, Any]:
+    from agents.models import Agent, Task
+    from agents.services import runs
+    from django.contrib.auth import get_user_model
+
+    alice = get_user_model().objects.get(username="alice")
+    agent = Agent.objects.get(name="assistant")
+    per_step: list[float] = []
+    # Warm up: imports, connections, template loading.
+    for _ in range(3):
+        conversation = runs.conversation_create(owner=alice, agent=agent)
+        task = runs.task_start(conversation=conversation, content="warm up")
+        runs.task_advance(task_id=task.pk)
+    model.take_timings()
+    with mock.patch.object(runs, "enqueue_advance"):
+        ids = []
+        for number in range(tasks):
+            conversation = runs.conversation_create(owner=alice, agent=agent)
+            task = runs.task_start(conversation=conversation, content=f"run {number}")
+            ids.append(task.pk)
+    for task_id in ids:
+        started = time.perf_counter()
+        runs.task_advance(task_id=task_id)
+        elapsed = time.perf_counter() - started
+        done = Task.objects.get(pk=task_id)
+        assert done.status == "succeeded", (done.status, done.error_message)
+        calls = done.steps.filter(kind="model_call").count()
+        assert calls == steps, calls
+        per_step.append(elapsed * 1000 / calls)
+    server = model.take_timings()
+    return {"per_step_ms": per_step, "server_ms": server}
+
+
+def bare_loop(model: Proc, url: str, tasks: int, steps: int) -> dict[str, Any]:
+    import openai
+
+    from agents.engine.safe_eval import evaluate_arithmetic
+    from agents.models import Agent
+    from agents.services.tools import agent_snapshot, spec_from_definition
+
+    snapshot = agent_snapshot(Agent.objects.get(name="assistant"))
+    tools = [spec_from_definition(d).openai_tool() for d in snapshot["tools"]]
+    client = openai.OpenAI(base_url=url, api_key="bench-key", max_retries=0)
+    per_step: list[float] = []
+
+    def one(number: int) -> int:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": snapshot["instructions"]},
+            {"role": "user", "content": f"run {number}"},
+        ]
+        calls = 0
+        while True:
+            completion = client.chat.completions.create(
+                model="scripted-model",
+                messages=messages,  # type: ignore[arg-type]
+                tools=tools,  # type: ignore[arg-type]
+                tool_choice="auto",
+                temperature=0.0,
+            )
+            calls += 1
+            message = completion.choices[0].message
+            if not message.tool_calls:
+                return calls
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls:
+                arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
+                value = evaluate_arithmetic(arguments["expression"])
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call.id,
+                        "content": json.dumps({"result": value}),
+                    }
+                )
+
+    for number in range(3):
+        one(number)
+    model.take_timings()
+    for number in range(tasks):
+        started = time.perf_counter()
+        calls = one(number)
+        elapsed = time.perf_counter() - started
+        assert calls == steps, calls
+        per_step.append(elapsed * 1000 / calls)
+    client.close()
+    server = model.take_timings()
+    return {"per_step_ms": per_step, "server_ms": server}
+
+
+def overhead(env: dict[str, str], tasks: int, steps: int) -> dict[str, Any]:
+    model, url = start_model(env, "--steps", str(steps), "--latency", "0")
+    try:
+        use_model(url)
+        platform = platform_loop(model, tasks, steps)
+        bare = bare_loop(model, url, tasks, steps)
+    finally:
+        model.stop()
+    server_platform = median(platform["server_ms"])
+    server_bare = median(bare["server_ms"])
+    step_platform = median(platform["per_step_ms"])
+    step_bare = median(bare["per_step_ms"])
+    return {
+        "steps_per_task": steps,
+        "tasks": tasks,
+        "platform_step_ms": step_platform,
+        "platform_step_p90_ms": p90(platform["per_step_ms"]),
+        "bare_step_ms": step_bare,
+        "bare_step_p90_ms": p90(bare["per_step_ms"]),
+        "server_ms_platform_run": server_platform,
+        "server_ms_bare_run": server_bare,
+        "platform_overhead_ms": step_platform - server_platform,
+        "bare_overhead_ms": step_bare - server_bare,
+        "difference_ms": (step_platform - server_platform) - (step_bare - server_bare),
+    }
+
+
+# -- 2. concurrent tasks -----------------------------------------------------------------
+
+
+def concurrent(
+    env: dict[str, str], tasks: int, latency: float, concurrency: int
+) -> dict[str, Any]:
+    from agents.models import Agent, Task
+    from agents.services import runs
+    from agents.tasks import advance
+    from django.contrib.auth import get_user_model
+
+    model, url = start_model(
+        env, "--script", "redis", "--latency", str(latency)
+    )
+    worker_env = {
+        **env,
+        "OPENAI_BASE_URL": url,
+        "REACH_WORKER_CONCURRENCY": str(concurrency),
+    }
+    worker = Proc(
+        "worker",
+        [
+            sys.executable, "-m", "celery", "-A", "reach_site", "worker",
+            "-P", "threads", "-c", str(concurrency), "-Q", "reach",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-l", "WARNING", "-n", f"bench-{os.getpid()}@%h",
+        ],
+        worker_env,
+    )
+    try:
+        use_model(url)
+        alice = get_user_model().objects.get(username="alice")
+        agent = Agent.objects.get(name="assistant")
+
+        def make(count: int) -> list[str]:
+            ids = []
+            with mock.patch.object(runs, "enqueue_advance"):
+                for _ in range(count):
+                    conversation = runs.conversation_create(owner=alice, agent=agent)
+                    task = runs.task_start(conversation=conversation, content=QUESTION)
+                    ids.append(str(task.pk))
+            return ids
+
+        def run(ids: list[str]) -> float:
+            started = time.perf_counter()
+            for task_id in ids:
+                advance.apply_async((task_id,))
+            wait_until(
+                lambda: Task.objects.filter(
+                    pk__in=ids, finished_at__isnull=False
+                ).count()
+                == len(ids),
+                timeout=600,
+                poll=0.05,
+            )
+            return time.perf_counter() - started
+
+        # Waits for the worker to start, and warms it up (imports, connections).
+        run(make(20))
+        model.take_timings()
+        ids = make(tasks)
+        wall = run(ids)
+        finished = Task.objects.filter(pk__in=ids)
+        statuses: dict[str, int] = {}
+        for status in finished.values_list("status", flat=True):
+            statuses[status] = statuses.get(status, 0) + 1
+        calls = sum(
+            t.steps.filter(kind="model_call").count() for t in finished[:5]
+        ) / min(5, tasks)
+        server = model.take_timings()
+    finally:
+        worker.stop()
+        model.stop()
+    ideal = calls * latency
+    return {
+        "tasks": tasks,
+        "concurrency": concurrency,
+        "latency_s": latency,
+        "model_calls_per_task": calls,
+        "wall_s": wall,
+        "ideal_s": ideal,
+        "ratio": wall / ideal,
+        "statuses": statuses,
+        "server_ms_median": median(server),
+    }
+
+
+# -- report ----------------------------------------------------------------------------
+
+
+def report(one: dict[str, Any] | None, two: dict[str, Any] | None) -> str:
+    cores = os.cpu_count()
+    out = [f"Agent Reach benchmark · {cores} cores · SQLite (WAL) + bundled Redis"]
+    if one:
+        out += [
+            "",
+            f"1. Per-step overhead, zero-latency model, {one['tasks']} tasks x "
+            f"{one['steps_per_task']} model calls (medians)",
+            f"   platform step          {one['platform_step_ms']:7.2f} ms"
+            f"  (p90 {one['platform_step_p90_ms']:.2f})",
+            f"   bare openai-SDK step   {one['bare_step_ms']:7.2f} ms"
+            f"  (p90 {one['bare_step_p90_ms']:.2f})",
+            f"   model server's own time {one['server_ms_platform_run']:6.2f} ms"
+            f" (platform run) / {one['server_ms_bare_run']:.2f} ms (bare run)",
+            f"   platform overhead      {one['platform_overhead_ms']:7.2f} ms per step",
+            f"   bare loop overhead     {one['bare_overhead_ms']:7.2f} ms per step",
+            f"   difference             {one['difference_ms']:7.2f} ms per step"
+            "  (target: within 6 ms)",
+        ]
+    if two:
+        out += [
+            "",
+            f"2. {two['tasks']} concurrent tasks, {two['latency_s'] * 1000:.0f} ms model,"
+            f" worker threads pool x {two['concurrency']}",
+            f"   model calls per task   {two['model_calls_per_task']:.0f}",
+            f"   wall time              {two['wall_s']:7.2f} s",
+            f"   ideal (calls x latency){two['ideal_s']:7.2f} s",
+            f"   ratio                  {two['ratio']:7.2f} x  (target: within 1.5 x)",
+            f"   outcomes               {two['statuses']}",
+        ]
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=30, help="tasks for part 1")
+    parser.add_argument("--steps", type=int, default=10, help="model calls per task")
+    parser.add_argument("--concurrent", type=int, default=200, help="tasks, part 2")
+    parser.add_argument("--latency", type=float, default=0.2, help="seconds, part 2")
+    parser.add_argument("--concurrency", type=int, default=200, help="worker threads")
+    parser.add_argument("--only", choices=["overhead", "concurrent"], default=None)
+    parser.add_argument("--json", action="store_true", help="print JSON as well")
+    options = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
+        redis_server, env = prepare(Path(tmp))
+        try:
+            one = two = None
+            if options.only in (None, "overhead"):
+                one = overhead(env, options.tasks, options.steps)
+            if options.only in (None, "concurrent"):
+                two = concurrent(
+                    env, options.concurrent, options.latency, options.concurrency
+                )
+        finally:
+            redis_server.stop()
+    print(report(one, two))
+    if options.json:
+        print(json.dumps({"overhead": one, "concurrent": two}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

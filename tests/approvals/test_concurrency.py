@@ -1,0 +1,197 @@
+"""Decisions racing each other, on a file SQLite database and on PostgreSQL.
+
+Real threads, each with its own database connection, released together by a
+barrier. Run on PostgreSQL with
+``DATABASE_URL=postgres://postgres@127.0.0.1:5432/test pytest -m dbsensitive``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core import mail
+from django.db import connection
+from rest_framework.test import APIClient
+
+from agents.api.auth import token_issue
+from agents.models import Outbox, Step
+from agents.services import runs
+from approvals.models import ApprovalRequest, ApprovalVote
+from tests.approvals.conftest import EMAIL, ask, pending
+from tests.conftest import PASSWORD
+from tests.support.scripted_model import Script, text, tool_call, tool_calls
+from traces.models import AuditEvent
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
+
+
+def approvers(count: int) -> list[Any]:
+    group = Group.objects.get(name="approvers")
+    users = []
+    for number in range(count):
+        user = get_user_model().objects.create_user(
+            username=f"approver{number}", password=PASSWORD
+        )
+        user.groups.add(group)
+        users.append(user)
+    return users
+
+
+def bearer(user: Any) -> APIClient:
+    _, key = token_issue(user=user, name="race")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def at_once(jobs: list[Callable[[], Any]], timeout: float = 120) -> list[Any]:
+    """Run every job in its own thread, released together; return their results."""
+    barrier = threading.Barrier(len(jobs))
+    results: list[Any] = [None] * len(jobs)
+
+    def run(index: int, job: Callable[[], Any]) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[index] = job()
+        except BaseException as exc:  # noqa: BLE001 - asserted by the caller
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=run, args=(i, job), daemon=True)
+        for i, job in enumerate(jobs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+        assert not thread.is_alive(), "a decision thread hung"
+    return results
+
+
+def test_fifty_concurrent_decisions_have_exactly_one_winner(alice, demo, model):
+    model(Script([tool_call("send_email", EMAIL), text("sent")]))
+    [approval] = pending(ask(alice, demo.agent, "Mail the report to ops"))
+    clients = [bearer(user) for user in approvers(50)]
+    url = f"/api/approvals/{approval.pk}/decision/"
+
+    def job(number: int, client: APIClient) -> Any:
+        body = (
+            {"decision": "approve"}
+            if number % 2 == 0
+            else {"decision": "reject", "reason": f"no, says approver{number}"}
+        )
+        return client.post(url, body, format="json")
+
+    responses = at_once([lambda n=n, c=c: job(n, c) for n, c in enumerate(clients)])
+
+    errors = [r for r in responses if isinstance(r, BaseException)]
+    assert errors == []
+    codes = Counter(r.status_code for r in responses)
+    assert codes == {200: 1, 409: 49}
+    [winner] = [r.json() for r in responses if r.status_code == 200]
+    approval.refresh_from_db()
+    assert approval.status == winner["status"] in ("approved", "rejected")
+    assert approval.decided_by.username == winner["decided_by"]
+    assert approval.version == 1
+    assert ApprovalVote.objects.filter(approval=approval).count() == (
+        1 if approval.status == "approved" else 0
+    )
+    step = Step.objects.get(pk=approval.step_id)
+    assert step.status == approval.status
+    decided = AuditEvent.objects.filter(
+        kind="approval.decided", object_id=str(approval.pk)
+    )
+    assert decided.count() == 1
+
+
+def test_fifty_concurrent_approvals_under_the_two_person_rule_make_one_decision(
+    alice, demo, model
+):
+    from agents.models import Tool
+    from agents.services.tools import tool_save
+
+    tool = Tool.objects.get(name="send_email")
+    tool.approvals_required = 2
+    tool_save(tool=tool, user=demo.admin)
+    model(Script([tool_call("send_email", EMAIL), text("sent")]))
+    [approval] = pending(ask(alice, demo.agent, "Mail the report to ops"))
+    clients = [bearer(user) for user in approvers(50)]
+    url = f"/api/approvals/{approval.pk}/decision/"
+
+    responses = at_once(
+        [
+            lambda c=c: c.post(url, {"decision": "approve"}, format="json")
+            for c in clients
+        ]
+    )
+
+    assert [r for r in responses if isinstance(r, BaseException)] == []
+    bodies = [r.json() for r in responses if r.status_code == 200]
+    assert Counter(r.status_code for r in responses) == {200: 2, 409: 48}
+    assert sorted(b["status"] for b in bodies) == ["approved", "pending"]
+    approval.refresh_from_db()
+    assert approval.status == "approved"
+    assert ApprovalVote.objects.filter(approval=approval).count() == 2
+
+
+def test_two_decisions_at_once_on_one_turn_still_resume_the_task(
+    alice, demo, model, monkeypatch
+):
+    """Each decision enqueues ``advance``; whichever runs last finds nothing pending.
+
+    The enqueue runs the advance in the deciding thread right after its commit,
+    as a worker picking it up at once would.
+    """
+    from agents import tasks
+
+    second = {**EMAIL, "to": "dev@example.com"}
+    model(
+        Script(
+            [
+                tool_calls([("send_email", EMAIL), ("send_email", second)]),
+                text("Both sent."),
+            ]
+        )
+    )
+    task = ask(alice, demo.agent, "Mail the report to ops and dev")
+    first_approval, second_approval = pending(task)
+    outcomes: list[str] = []
+
+    def run_now(args: Any = (), **_: Any) -> None:
+        outcomes.append(runs.task_advance(task_id=args[0]))
+
+    monkeypatch.setattr(tasks.advance, "apply_async", run_now)
+    operator, carol = approvers(2)
+
+    from approvals.services import approval_decide
+
+    results = at_once(
+        [
+            lambda: approval_decide(
+                approval=first_approval, user=operator, decision="approve"
+            ),
+            lambda: approval_decide(
+                approval=second_approval, user=carol, decision="approve"
+            ),
+        ]
+    )
+
+    assert [r.status for r in results] == ["approved", "approved"]
+    task.refresh_from_db()
+    assert task.status == "succeeded", (outcomes, task.error_message)
+    assert task.final_answer == "Both sent."
+    assert Counter(outcomes)["finished"] == 1
+    assert Outbox.objects.count() == 2
+    assert sorted(m.to[0] for m in mail.outbox) == [
+        "dev@example.com",
+        "ops@example.com",
+    ]
+    assert not ApprovalRequest.objects.filter(task=task, status="pending").exists()

@@ -1,0 +1,428 @@
+"""Approve, edit, reject, taint, two-person rule and expiry, end to end in-process.
+
+Each run goes through the real runner, the real database and the real ``openai``
+SDK against the scripted model; decisions go through the HTTP API.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core import mail
+from django.utils import timezone
+
+from agents.engine.canonical import canonical_hash
+from agents.models import Outbox, Step, Ticket, Tool
+from agents.services.tools import tool_save
+from approvals.models import ApprovalRequest
+from approvals.tasks import expire
+from tests.approvals.conftest import (
+    EMAIL,
+    TICKET,
+    advance,
+    ask,
+    pending,
+    tool_messages,
+)
+from tests.conftest import PASSWORD
+from tests.support.scripted_model import Script, text, tool_call, tool_calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def decide(client: Any, approval: ApprovalRequest, **body: Any) -> Any:
+    return client.post(f"/api/approvals/{approval.pk}/decision/", body, format="json")
+
+
+def approve(client: Any, approval: ApprovalRequest) -> None:
+    response = decide(client, approval, decision="approve")
+    assert response.status_code == 200, response.json()
+
+
+def email_script() -> Script:
+    return Script([tool_call("send_email", EMAIL), text("The report is sent.")])
+
+
+def test_an_email_waits_for_approval_and_runs_once_after_approval(
+    alice, operator, demo, model, api_client_for
+):
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+
+    assert task.status == "waiting_approval"
+    [approval] = pending(task)
+    assert approval.preview == "Send email to ops@example.com — subject: report"
+    assert approval.risk == "irreversible"
+    assert approval.requested_by == alice
+    assert Outbox.objects.count() == 0 and len(mail.outbox) == 0
+
+    response = decide(api_client_for(operator), approval, decision="approve")
+    assert response.status_code == 200, response.json()
+    assert response.json()["status"] == "approved"
+    assert response.json()["decided_by"] == "operator"
+
+    task = advance(task)
+    assert task.status == "succeeded"
+    assert task.final_answer == "The report is sent."
+    step = task.steps.get(tool="send_email")
+    assert step.status == "succeeded"
+    assert step.arguments == EMAIL
+    assert step.detail["approved_hash"] == canonical_hash(EMAIL)
+    assert Outbox.objects.get().to == "ops@example.com"
+    assert [m.to for m in mail.outbox] == [["ops@example.com"]]
+
+
+def test_an_edited_approval_records_the_diff_and_runs_the_edited_call(
+    alice, operator, demo, model, api_client_for
+):
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+    edited = {**EMAIL, "to": "team@example.com"}
+
+    response = decide(
+        api_client_for(operator), approval, decision="approve", arguments=edited
+    )
+
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["arguments"] == edited
+    assert body["proposed_arguments"] == EMAIL
+    assert body["diff"] == {"to": {"from": "ops@example.com", "to": "team@example.com"}}
+    task = advance(task)
+    assert task.status == "succeeded"
+    step = task.steps.get(tool="send_email")
+    assert step.arguments == edited
+    assert step.proposed_arguments == EMAIL
+    assert step.detail["decision"]["edited"] is True
+    assert [m.to for m in mail.outbox] == [["team@example.com"]]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"to": "ops@example.com", "subject": "report"}, "body"),
+        ({**EMAIL, "cc": "boss@example.com"}, "cc"),
+        ({**EMAIL, "subject": 42}, "subject"),
+        (["not", "an", "object"], "object"),
+    ],
+)
+def test_an_edit_failing_the_schema_answers_400_with_the_reason_and_stays_pending(
+    alice, operator, demo, model, api_client_for, arguments, reason
+):
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+
+    response = decide(
+        api_client_for(operator), approval, decision="approve", arguments=arguments
+    )
+
+    assert response.status_code == 400
+    assert reason in response.json()["error"]
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+    assert approval.arguments == EMAIL
+    assert approval.votes.count() == 0
+    assert Step.objects.get(pk=approval.step_id).status == "waiting_approval"
+
+
+def test_the_run_refuses_arguments_other_than_the_approved_ones(
+    alice, operator, demo, model, api_client_for
+):
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+    approve(api_client_for(operator), approval)
+    # Whatever changes the arguments after the decision is not what was approved.
+    Step.objects.filter(pk=approval.step_id).update(
+        arguments={**EMAIL, "to": "attacker@example.net"}
+    )
+
+    task = advance(task)
+
+    step = task.steps.get(tool="send_email")
+    assert step.status == "failed"
+    assert step.error_class == "approval_mismatch"
+    assert Outbox.objects.count() == 0 and len(mail.outbox) == 0
+
+
+def test_a_reject_without_a_reason_answers_400_and_stays_pending(
+    alice, operator, demo, model, api_client_for
+):
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+
+    for body in ({"decision": "reject"}, {"decision": "reject", "reason": "   "}):
+        response = decide(api_client_for(operator), approval, **body)
+        assert response.status_code == 400
+        assert "reason" in response.json()["error"]
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+
+
+def test_reject_sends_the_reason_back_to_the_model_as_the_tools_result(
+    alice, operator, demo, model, api_client_for
+):
+    script = model(
+        Script([tool_call("send_email", EMAIL), text("I did not send it.")])
+    ).handler
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+
+    response = decide(
+        api_client_for(operator),
+        approval,
+        decision="reject",
+        reason="Reports go to the team list, not ops",
+    )
+    assert response.status_code == 200
+    assert response.json()["status"] == "rejected"
+    assert response.json()["reason"] == "Reports go to the team list, not ops"
+
+    task = advance(task)
+    assert task.status == "succeeded"
+    assert task.final_answer == "I did not send it."
+    [answer] = tool_messages(script.requests[-1])
+    assert "Reports go to the team list, not ops" in answer["content"]
+    assert "rejected" in answer["content"]
+    assert task.steps.get(tool="send_email").status == "rejected"
+    assert Outbox.objects.count() == 0 and len(mail.outbox) == 0
+
+
+def test_untrusted_notes_force_approval_of_a_normally_automatic_ticket(
+    alice, operator, demo, model, api_client_for
+):
+    model(
+        Script(
+            [
+                tool_call("create_ticket", TICKET),
+                text("Ticket created."),
+                tool_call("search_notes", {"keyword": "Redis"}),
+                tool_call("create_ticket", TICKET),
+                text("Ticket created after approval."),
+            ]
+        )
+    )
+    # Untainted: the write runs without anyone asked.
+    clean = ask(alice, demo.agent, "Make a ticket")
+    assert clean.status == "succeeded"
+    assert not clean.approvals.exists()
+    assert Ticket.objects.count() == 1
+
+    # After reading notes anyone can write, the same write waits for a human.
+    tainted = ask(alice, demo.agent, "Make a ticket about the Redis note")
+    assert tainted.status == "waiting_approval"
+    [approval] = pending(tainted)
+    assert approval.tool == "create_ticket"
+    assert approval.tainted_by == ["search_notes#2"]
+    assert any("untrusted" in reason for reason in approval.reasons)
+    assert Ticket.objects.count() == 1
+
+    approve(api_client_for(operator), approval)
+    tainted = advance(tainted)
+    assert tainted.status == "succeeded"
+    assert Ticket.objects.count() == 2
+    step = tainted.steps.get(tool="create_ticket")
+    assert Ticket.objects.get(idempotency_key=step.idempotency_key).title == "Cache"
+
+
+def second_approver() -> Any:
+    carol = get_user_model().objects.create_user(
+        username="carol", password=PASSWORD, email="carol@example.com"
+    )
+    carol.groups.add(Group.objects.get(name="approvers"))
+    return carol
+
+
+def test_the_two_person_rule_needs_two_distinct_approvers_and_runs_once(
+    alice, operator, demo, model, api_client_for
+):
+    tool = Tool.objects.get(name="send_email")
+    tool.approvals_required = 2
+    tool_save(tool=tool, user=demo.admin)
+    carol = second_approver()
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+    assert approval.approvals_required == 2
+    first = api_client_for(operator)
+
+    response = decide(first, approval, decision="approve")
+    assert response.status_code == 200
+    assert response.json()["status"] == "pending"
+    assert response.json()["approved_by"] == ["operator"]
+    assert advance(task).status == "waiting_approval"
+    assert Outbox.objects.count() == 0
+
+    again = decide(first, approval, decision="approve")
+    assert again.status_code == 409
+    assert (
+        decide(api_client_for(operator), approval, decision="approve").status_code
+        == 409
+    )
+
+    response = decide(api_client_for(carol), approval, decision="approve")
+    assert response.status_code == 200
+    assert response.json()["status"] == "approved"
+    assert response.json()["approved_by"] == ["operator", "carol"]
+
+    task = advance(task)
+    assert task.status == "succeeded"
+    assert Outbox.objects.count() == 1 and len(mail.outbox) == 1
+
+
+def test_a_two_person_edit_runs_the_edited_arguments_the_second_approver_saw(
+    alice, operator, demo, model, api_client_for
+):
+    tool = Tool.objects.get(name="send_email")
+    tool.approvals_required = 2
+    tool_save(tool=tool, user=demo.admin)
+    carol = second_approver()
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+    edited = {**EMAIL, "subject": "weekly report"}
+
+    first = decide(
+        api_client_for(operator), approval, decision="approve", arguments=edited
+    )
+    assert first.status_code == 200 and first.json()["status"] == "pending"
+    assert first.json()["arguments"] == edited
+    second = decide(api_client_for(carol), approval, decision="approve")
+    assert second.json()["status"] == "approved"
+    assert second.json()["proposed_arguments"] == EMAIL
+
+    task = advance(task)
+    assert task.status == "succeeded"
+    step = task.steps.get(tool="send_email")
+    assert step.arguments == edited
+    assert step.proposed_arguments == EMAIL
+    assert [m.subject for m in mail.outbox] == ["weekly report"]
+
+
+def test_a_late_click_after_the_deadline_is_409_even_before_beat_runs(
+    alice, operator, demo, model, api_client_for
+):
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    response = decide(api_client_for(operator), approval, decision="approve")
+
+    assert response.status_code == 409
+    assert "expired" in response.json()["error"]
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+    assert Step.objects.get(pk=approval.step_id).status == "waiting_approval"
+
+
+def test_beat_expires_a_stale_request_and_the_model_is_told(
+    alice, operator, demo, model, api_client_for
+):
+    script = model(
+        Script([tool_call("send_email", EMAIL), text("It is still pending.")])
+    ).handler
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    assert expire.apply().get() == 1
+
+    approval.refresh_from_db()
+    assert approval.status == "expired"
+    assert approval.decided_by is None and approval.reason == ""
+    assert Step.objects.get(pk=approval.step_id).status == "expired"
+    task = advance(task)
+    assert task.status == "succeeded"
+    [answer] = tool_messages(script.requests[-1])
+    assert "did not run" in answer["content"]
+    assert "approved" in answer["content"]
+    assert "rejected" not in answer["content"]
+    assert Outbox.objects.count() == 0
+    assert (
+        decide(api_client_for(operator), approval, decision="approve").status_code
+        == 409
+    )
+
+
+def test_an_agent_set_to_stop_stops_with_approval_expired(alice, demo, model):
+    demo.agent.on_approval_expired = "stop"
+    demo.agent.save()
+    script = model(email_script()).handler
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    expire.apply()
+    task = advance(task)
+
+    assert task.status == "stopped"
+    assert task.stop_reason == "approval_expired"
+    assert len(script.requests) == 1
+    approval.refresh_from_db()
+    assert approval.status == "expired"
+
+
+def test_calls_of_one_turn_are_decided_one_by_one_and_the_task_resumes_after_the_last(
+    alice, operator, demo, model, api_client_for
+):
+    second = {**EMAIL, "to": "dev@example.com"}
+    model(
+        Script(
+            [
+                tool_calls([("send_email", EMAIL), ("send_email", second)]),
+                text("Both handled."),
+            ]
+        )
+    )
+    task = ask(alice, demo.agent, "Mail the report to ops and dev")
+    first_approval, second_approval = pending(task)
+    client = api_client_for(operator)
+
+    approve(client, first_approval)
+    assert advance(task).status == "waiting_approval"
+    assert Outbox.objects.count() == 0
+
+    rejected = decide(
+        client, second_approval, decision="reject", reason="dev does not need it"
+    )
+    assert rejected.status_code == 200
+    task = advance(task)
+    assert task.status == "succeeded"
+    assert task.final_answer == "Both handled."
+    assert [m.to for m in mail.outbox] == [["ops@example.com"]]
+    statuses = dict(task.steps.filter(tool="send_email").values_list("seq", "status"))
+    assert sorted(statuses.values()) == ["rejected", "succeeded"]
+
+
+def test_cancelling_a_waiting_task_cancels_its_requests(
+    alice, operator, demo, model, api_client_for
+):
+    model(email_script())
+    task = ask(alice, demo.agent, "Mail the report to ops")
+    [approval] = pending(task)
+
+    assert (
+        api_client_for(alice).post(f"/api/tasks/{task.pk}/cancel/").status_code == 202
+    )
+
+    approval.refresh_from_db()
+    assert approval.status == "cancelled"
+    assert (
+        decide(api_client_for(operator), approval, decision="approve").status_code
+        == 409
+    )
+    assert Outbox.objects.count() == 0

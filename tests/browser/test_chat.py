@@ -1,0 +1,93 @@
+"""Issue 2, item 2, in a real Chromium: alice asks the Redis question in the chat."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import TIMEOUT_MS, log_in
+from tests.integration.conftest import Stack
+from tests.support.scripted_model import REDIS_QUESTION, RedisScript
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+FOLLOW_UP = "刚才的总和再加 12 是多少？"
+
+
+def step(page: Any, seq: int) -> Any:
+    return page.locator(f"li.step[data-seq='{seq}']").first
+
+
+def test_alice_watches_the_redis_question_run_live_and_finds_it_after_a_reload(
+    browser, stack: Stack, served
+):
+    model = served(RedisScript(), latency_s=0.4)
+    page = log_in(browser, stack, "alice")
+
+    page.fill("#message", REDIS_QUESTION)
+    page.press("#message", "Enter")
+
+    # Steps arrive live, while the run is still going.
+    search = page.locator("li.step[data-tool='search_notes']")
+    expect(search).to_be_visible()
+    expect(page.locator("[data-reply]")).to_have_count(0)
+    reply = page.locator("[data-reply]").first
+    expect(reply).to_contain_text("缓存改造", timeout=TIMEOUT_MS)
+    expect(reply).to_contain_text("1088")
+    expect(page).to_have_url(re.compile(r"/c/[0-9a-f-]+/$"))
+
+    def check_steps() -> None:
+        steps = page.locator("li.step")
+        expect(steps).to_have_count(5)
+        kinds = [steps.nth(i).get_attribute("data-kind") for i in range(5)]
+        assert kinds == [
+            "model_call",
+            "tool_call",
+            "model_call",
+            "tool_call",
+            "model_call",
+        ]
+        for i in range(5):
+            expect(steps.nth(i)).to_have_attribute("data-status", "succeeded")
+            expect(steps.nth(i).locator(".duration")).to_have_text(
+                re.compile(r"^\d+(\.\d+)? m?s$")
+            )
+        search = step(page, 2)
+        expect(search.locator("code.tool")).to_have_text("search_notes")
+        expect(search.locator(".kv", has_text="arguments")).to_contain_text(
+            '{"keyword": "Redis"}'
+        )
+        expect(search.locator(".kv", has_text="result")).to_contain_text("缓存改造")
+        calc = step(page, 4)
+        expect(calc.locator("code.tool")).to_have_text("calculate")
+        expect(calc.locator(".kv", has_text="arguments")).to_contain_text(
+            '{"expression": "128 * 6 + 320"}'
+        )
+        expect(calc.locator(".kv", has_text="result")).to_contain_text('"result": 1088')
+        expect(page.locator("[data-task-status]").first).to_have_text("succeeded")
+
+    check_steps()
+    page.screenshot(path="/tmp/reach-chat.png", full_page=True)
+
+    page.reload()
+    check_steps()
+    expect(page.locator("[data-reply]").first).to_contain_text("1088")
+    expect(page.locator(".bubble.user").first).to_have_text(REDIS_QUESTION)
+
+    # A follow-up in the same conversation sees the earlier turn.
+    page.fill("#message", FOLLOW_UP)
+    page.press("#message", "Enter")
+    second = page.locator("article.turn").nth(1)
+    expect(second.locator(".bubble.user")).to_have_text(FOLLOW_UP)
+    expect(second.locator("[data-reply]")).to_contain_text("1100", timeout=TIMEOUT_MS)
+    expect(second.locator("li.step[data-tool='calculate']")).to_contain_text(
+        "1088 + 12"
+    )
+    sent = model.handler.requests[-1]["messages"]
+    contents = [m.get("content") for m in sent]
+    assert REDIS_QUESTION in contents
+    assert any("1088" in str(c) for c in contents if c != REDIS_QUESTION)
+    page.screenshot(path="/tmp/reach-chat-follow-up.png", full_page=True)

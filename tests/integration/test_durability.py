@@ -1,0 +1,296 @@
+"""Durability for real: workers SIGKILLed mid-run, leases, the beat reaper, resume.
+
+The integration tests start a real Celery worker subprocess (threads pool) and
+beat on short lease settings, kill the worker with SIGKILL in the middle of a run,
+start another, and check that the task completes with no tool executed twice: the
+write (``create_ticket``, through the effect ledger) leaves one ``Ticket`` row,
+and the read-only ``slow_lookup`` logs one ``done`` line per call. The others
+check the Celery settings that make this work and the claim under concurrency.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from agents.models import Step, Task, Ticket, ToolExecution
+from agents.services import runs
+from tests.integration.conftest import Stack, wait_for
+from tests.support import extra_tools
+from tests.support.scripted_model import (
+    AnyReply,
+    RecordingHandler,
+    ScriptedModel,
+    delay,
+    text,
+    tool_call,
+    tool_names_by_call_id,
+)
+
+TICKET = {"title": "Rotate the cache keys", "body": "Before Friday."}
+SHORT_LEASES = {
+    "REACH_LEASE_S": "3",
+    "REACH_HEARTBEAT_S": "1",
+    "REACH_REAPER_INTERVAL_S": "1",
+    "REACH_QUEUED_GRACE_S": "2",
+}
+
+
+class Plan(RecordingHandler):
+    """Ticket, then a slow lookup, then the answer; decided from the request alone.
+
+    Stateless, so a worker that resumes and asks again gets the same decision.
+    ``pause_after_ticket`` delays the model's reply that follows the ticket.
+    """
+
+    def __init__(self, *, lookup_seconds: float, pause_after_ticket: float) -> None:
+        super().__init__()
+        self.lookup_seconds = lookup_seconds
+        self.pause_after_ticket = pause_after_ticket
+
+    def respond(self, request: dict[str, Any]) -> AnyReply:
+        messages = request["messages"]
+        names = tool_names_by_call_id(messages)
+        done = [names.get(m["tool_call_id"]) for m in messages if m["role"] == "tool"]
+        if "create_ticket" not in done:
+            return tool_call("create_ticket", TICKET)
+        if "slow_lookup" not in done:
+            arguments = {"key": "cache", "seconds": self.lookup_seconds}
+            return delay(self.pause_after_ticket, tool_call("slow_lookup", arguments))
+        return text("Ticket created and the cache looked up.")
+
+
+@pytest.fixture
+def durable(stack: Stack, tmp_path: Path) -> Iterator[tuple[Stack, Path]]:
+    """The stack on short leases, with the test tools in every process."""
+    log = tmp_path / "tool.log"
+    log.touch()
+    stack.env.update(SHORT_LEASES)
+    stack.env["REACH_EXTRA_TOOL_MODULES"] = "tests.support.extra_tools"
+    stack.env["REACH_TEST_TOOL_LOG"] = str(log)
+    stack.env["REACH_MODEL_MAX_RETRIES"] = "0"
+    extra_tools.install("slow_lookup", timeout_s=30)
+    yield stack, log
+
+
+def lines(log: Path, event: str, tool: str) -> list[str]:
+    return [
+        line
+        for line in log.read_text().splitlines()
+        if line.startswith(f"{event} {tool} ")
+    ]
+
+
+def run_and_kill(
+    stack: Stack, alice: Any, demo: Any, plan: Plan, kill_when: Any
+) -> tuple[Task, ScriptedModel]:
+    server = ScriptedModel(plan).start()
+    stack.env["OPENAI_BASE_URL"] = server.base_url
+    stack.start_beat()
+    first = stack.start_worker("worker-1", concurrency=4)
+    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+    task = runs.task_start(conversation=conversation, content="ticket, then lookup")
+
+    wait_for(kill_when, timeout=30)
+    first.kill()  # SIGKILL: no cleanup, no ack, the lease just stops being renewed
+
+    stack.start_worker("worker-2", concurrency=4)
+    wait_for(
+        lambda: Task.objects.get(pk=task.pk).is_final,
+        timeout=60,
+    )
+    task.refresh_from_db()
+    return task, server
+
+
+def assert_nothing_ran_twice(task: Task, log: Path, plan: Plan) -> None:
+    assert (task.status, task.stop_reason) == ("succeeded", "final_answer")
+    # The write went through the ledger once.
+    assert Ticket.objects.count() == 1
+    assert ToolExecution.objects.filter(tool="create_ticket").count() == 1
+    # The read completed exactly once per call.
+    done = lines(log, "done", "slow_lookup")
+    assert len(done) == len(set(done)) == 1
+    # The model was asked for the ticket once: the persisted reply was reused.
+    first_moves = [
+        r for r in plan.requests if not any(m["role"] == "tool" for m in r["messages"])
+    ]
+    assert len(first_moves) == 1
+    steps = list(task.steps.order_by("seq"))
+    assert [(s.kind, s.tool, s.status) for s in steps] == [
+        ("model_call", None, "succeeded"),
+        ("tool_call", "create_ticket", "succeeded"),
+        ("model_call", None, "succeeded"),
+        ("tool_call", "slow_lookup", "succeeded"),
+        ("model_call", None, "succeeded"),
+    ]
+    assert task.lease_epoch >= 2  # a second worker took the run over
+
+
+@pytest.mark.integration
+def test_a_worker_killed_while_a_tool_runs_is_replaced_and_nothing_runs_twice(
+    durable: tuple[Stack, Path], alice: Any, demo: Any
+) -> None:
+    stack, log = durable
+    plan = Plan(lookup_seconds=4, pause_after_ticket=0)
+
+    task, server = run_and_kill(
+        stack, alice, demo, plan, kill_when=lambda: lines(log, "start", "slow_lookup")
+    )
+    try:
+        assert_nothing_ran_twice(task, log, plan)
+        # The cut-short read was started again (it is read-only, safe to retry).
+        assert len(lines(log, "start", "slow_lookup")) == 2
+    finally:
+        server.stop()
+
+
+@pytest.mark.integration
+def test_a_worker_killed_between_two_steps_resumes_from_the_last_committed_one(
+    durable: tuple[Stack, Path], alice: Any, demo: Any
+) -> None:
+    stack, log = durable
+    plan = Plan(lookup_seconds=0.1, pause_after_ticket=5)
+
+    def ticket_committed_and_model_asked() -> bool:
+        committed = Step.objects.filter(tool="create_ticket", status="succeeded")
+        return committed.exists() and len(plan.requests) >= 2
+
+    task, server = run_and_kill(
+        stack, alice, demo, plan, kill_when=ticket_committed_and_model_asked
+    )
+    try:
+        assert_nothing_ran_twice(task, log, plan)
+        assert len(lines(log, "start", "slow_lookup")) == 1
+    finally:
+        server.stop()
+
+
+# -- the settings and services that durability rests on -------------------------------
+
+
+def test_celery_acks_late_rejects_on_worker_loss_prefetches_one_and_outlives_tasks():
+    from django.conf import settings
+
+    from reach_site.celery import app
+
+    app.loader.import_default_modules()
+    conf = app.conf
+    assert conf.task_acks_late is True
+    assert conf.task_reject_on_worker_lost is True
+    assert conf.worker_prefetch_multiplier == 1
+    options = conf.broker_transport_options
+    assert options["visibility_timeout"] > conf.task_time_limit
+    assert conf.task_time_limit == settings.REACH_TASK_HARD_LIMIT_S
+    assert options["unacked_restore_throttle"] == 1
+    advance = app.tasks["agents.advance"]
+    assert advance.acks_late and advance.reject_on_worker_lost
+    # kombu 5.7's Redis transport takes the options as channel attributes.
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        assert channel.visibility_timeout == options["visibility_timeout"]
+        assert channel.unacked_restore_throttle == 1
+
+
+def test_beat_runs_the_reaper_at_the_configured_interval(settings):
+    from reach_site.celery import app
+
+    app.loader.import_default_modules()
+    app.finalize()
+    schedule = {entry["task"]: entry for entry in app.conf.beat_schedule.values()}
+    reap = schedule["agents.reap"]
+    assert reap["schedule"] == settings.REACH_REAPER_INTERVAL_S
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.dbsensitive
+def test_the_reaper_requeues_expired_leases_and_lost_enqueues_only(alice, demo):
+    def task(status: str, **fields: Any) -> Task:
+        conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+        made = runs.task_start(conversation=conversation, content="hi")
+        Task.objects.filter(pk=made.pk).update(status=status, **fields)
+        return made
+
+    now = timezone.now()
+    expired = task("running", lease_owner="dead", lease_expires_at=now - timedelta(1))
+    alive = task("running", lease_owner="w", lease_expires_at=now + timedelta(hours=1))
+    lost = task("queued", updated_at=now - timedelta(hours=1))
+    fresh = task("queued", updated_at=now)
+    done = task("succeeded", lease_expires_at=now - timedelta(1))
+
+    reaped = set(runs.tasks_reap())
+
+    assert {str(expired.pk), str(lost.pk)} <= reaped
+    assert not {str(alive.pk), str(fresh.pk), str(done.pk)} & reaped
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.dbsensitive
+def test_of_many_workers_claiming_one_task_at_once_exactly_one_wins(alice, demo):
+    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+    task = runs.task_start(conversation=conversation, content="hi")
+    start = threading.Barrier(8, timeout=10)
+    epochs: list[int | None] = []
+    lock = threading.Lock()
+
+    def claim(number: int) -> None:
+        close_old_connections()
+        try:
+            start.wait()
+            epoch = runs.task_claim(task_id=task.pk, owner=f"w{number}")
+            with lock:
+                epochs.append(epoch)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+
+    assert len(epochs) == 8
+    assert [e for e in epochs if e is not None] == [1]
+    task.refresh_from_db()
+    assert task.status == "running" and task.lease_epoch == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.dbsensitive
+def test_a_heartbeat_keeps_the_lease_of_a_live_run_and_not_of_a_fenced_one(
+    alice, demo, settings
+):
+    settings.REACH_HEARTBEAT_S = 0.05
+    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+    task = runs.task_start(conversation=conversation, content="hi")
+    epoch = runs.task_claim(task_id=task.pk, owner="w1")
+    assert epoch is not None
+    soon = timezone.now() + timedelta(seconds=1)
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=soon)
+    beat = runs._Heartbeat()
+    beat.add(str(task.pk), "w1", epoch)
+    try:
+        wait_for(
+            lambda: (
+                Task.objects.get(pk=task.pk).lease_expires_at
+                > soon + timedelta(seconds=5)
+            ),
+            timeout=10,
+        )
+        # Another worker took over (epoch bumped): the old heartbeat must not extend.
+        Task.objects.filter(pk=task.pk).update(
+            lease_owner="w2", lease_epoch=epoch + 1, lease_expires_at=soon
+        )
+        # Proving that something does not happen takes time: ten heartbeat periods.
+        time.sleep(0.5)
+        assert Task.objects.get(pk=task.pk).lease_expires_at == soon
+    finally:
+        beat.remove(str(task.pk))

@@ -1,0 +1,197 @@
+"""Fork from step N: copied steps, the call at N re-run under the full policy."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from agents.models import Task, Ticket
+from tests.support.scripted_model import RedisScript, Script, text, tool_call
+from tests.traces.conftest import QUESTION, TICKET, advance, ask, decide, logged_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def fork(client, task, **body):
+    return client.post(f"/api/tasks/{task.pk}/fork/", body, format="json")
+
+
+def test_a_fork_with_edited_arguments_copies_the_steps_before_and_runs_the_call_anew(
+    alice, demo, model, api_client_for
+):
+    script = model(RedisScript())
+    parent = ask(alice, demo.agent, QUESTION)
+    requests_before = len(script.requests)
+
+    response = fork(
+        api_client_for(alice), parent, from_seq=4, arguments={"expression": "128 * 6"}
+    )
+
+    assert response.status_code == 202, response.content
+    child = Task.objects.get(pk=response.json()["task"])
+    assert child.parent_id == parent.pk and child.parent_seq == 4
+    assert child.conversation_id != parent.conversation_id
+    assert child.conversation.owner == alice
+    copied = list(child.steps.filter(seq__lt=4).order_by("seq"))
+    originals = list(parent.steps.filter(seq__lt=4).order_by("seq"))
+    assert [(s.kind, s.tool, s.result) for s in copied] == [
+        (s.kind, s.tool, s.result) for s in originals
+    ]
+    assert all(s.detail["copied_from"]["task"] == str(parent.pk) for s in copied)
+    assert copied[1].started_at == originals[1].started_at  # not re-executed
+
+    child = advance(child)
+
+    assert child.status == "succeeded", child.error_message
+    step = child.steps.get(seq=4)
+    assert step.arguments == {"expression": "128 * 6"}
+    assert step.proposed_arguments == {"expression": "128 * 6 + 320"}
+    assert step.result == {"expression": "128 * 6", "result": 768}
+    assert step.idempotency_key == f"{child.pk}:3:0"
+    assert "768" in child.final_answer
+    # Only the model turn after N was asked: nothing before N ran again.
+    assert len(script.requests) == requests_before + 1
+    tool_messages = [m for m in script.requests[-1]["messages"] if m["role"] == "tool"]
+    assert (
+        "缓存改造" in tool_messages[0]["content"]
+        and "768" in tool_messages[1]["content"]
+    )
+
+
+def test_the_forked_trace_names_its_parent(alice, demo, model, api_client_for):
+    model(RedisScript())
+    parent = ask(alice, demo.agent, QUESTION)
+    client = api_client_for(alice)
+    child_id = fork(client, parent, from_seq=4).json()["task"]
+
+    document = client.get(f"/api/tasks/{child_id}/trace/").json()
+
+    assert document["task"]["parent"] == {"task": str(parent.pk), "seq": 4}
+    page = logged_in(alice).get(f"/traces/{child_id}/").content.decode()
+    assert f'href="/traces/{parent.pk}/"' in page and "at step 4" in page
+    parent_page = logged_in(alice).get(f"/traces/{parent.pk}/").content.decode()
+    assert f'href="/traces/{child_id}/"' in parent_page
+
+
+def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
+    alice, operator, demo, model, api_client_for
+):
+    model(
+        Script(
+            [
+                tool_call("search_notes", {"keyword": "Redis"}),
+                tool_call("create_ticket", TICKET),
+                text("ticket made"),
+                text("fork: ticket made"),
+            ]
+        )
+    )
+    parent = ask(alice, demo.agent, "ticket the Redis note")
+    parent = decide(parent, operator, "approve")
+    assert parent.status == "succeeded"
+    assert Ticket.objects.count() == 1
+
+    response = fork(
+        api_client_for(alice),
+        parent,
+        from_seq=4,
+        arguments={"title": "Cache v2", "body": "Again."},
+    )
+
+    assert response.status_code == 202, response.content
+    child = Task.objects.get(pk=response.json()["task"])
+    step = child.steps.get(seq=4)
+    assert step.status == "waiting_approval"
+    assert step.tainted_by == ["search_notes#2"]
+    approval = child.approvals.get()
+    assert approval.arguments == {"title": "Cache v2", "body": "Again."}
+    assert "search_notes#2" in child.tainted_by
+    child = advance(child)
+    assert child.status == "waiting_approval"
+    assert Ticket.objects.count() == 1
+    child = decide(child, operator, "approve")
+    assert child.status == "succeeded"
+    assert Ticket.objects.count() == 2
+    assert Ticket.objects.get(title="Cache v2").task_id == child.pk
+
+
+def test_a_fork_from_a_model_call_asks_another_model_again(
+    alice, demo, model, api_client_for
+):
+    script = model(RedisScript())
+    parent = ask(alice, demo.agent, QUESTION)
+
+    response = fork(api_client_for(alice), parent, from_seq=3, model="other-model")
+
+    child = advance(Task.objects.get(pk=response.json()["task"]))
+    assert child.model == "other-model"
+    assert script.requests[-1]["model"] == "other-model"
+    assert [s.seq for s in child.steps.filter(detail__has_key="copied_from")] == [1, 2]
+    assert child.status == "succeeded" and "1088" in child.final_answer
+
+
+def test_an_auditor_forks_into_a_conversation_of_their_own(
+    alice, operator, demo, model, api_client_for
+):
+    model(RedisScript())
+    parent = ask(alice, demo.agent, QUESTION)
+
+    response = fork(api_client_for(operator), parent, from_seq=3)
+
+    assert response.status_code == 202
+    child = Task.objects.get(pk=response.json()["task"])
+    assert child.owner == operator and child.conversation.owner == operator
+
+
+def test_invalid_edited_arguments_are_refused_and_nothing_is_created(
+    alice, demo, model, api_client_for
+):
+    model(RedisScript())
+    parent = ask(alice, demo.agent, QUESTION)
+    before = Task.objects.count()
+
+    response = fork(api_client_for(alice), parent, from_seq=4, arguments={"x": 1})
+
+    assert response.status_code == 400
+    assert "Invalid arguments" in response.json()["error"]
+    assert Task.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"from_seq": 99}, "no step 99"),
+        ({"from_seq": "4"}, "integer"),
+        ({"from_seq": 3, "arguments": {"expression": "1"}}, "only when forking"),
+        ({"from_seq": 4, "arguments": [1]}, "JSON object"),
+        ({"from_seq": 4, "model": ""}, "model name"),
+    ],
+)
+def test_a_bad_fork_request_answers_400(
+    alice, demo, model, api_client_for, body, message
+):
+    model(RedisScript())
+    parent = ask(alice, demo.agent, QUESTION)
+
+    response = fork(api_client_for(alice), parent, **body)
+
+    assert response.status_code == 400
+    assert message in response.json()["error"]
+
+
+def test_fork_permissions_and_states(alice, bob, demo, model, api_client_for):
+    model(
+        Script(
+            [
+                tool_call(
+                    "send_email", {"to": "a@example.com", "subject": "s", "body": "b"}
+                )
+            ]
+        )
+    )
+    waiting = ask(alice, demo.agent, "mail it")
+    assert waiting.status == "waiting_approval"
+
+    assert fork(api_client_for(alice), waiting, from_seq=1).status_code == 409
+    assert fork(api_client_for(bob), waiting, from_seq=1).status_code == 404
+    assert fork(APIClient(), waiting, from_seq=1).status_code == 401

@@ -1,0 +1,251 @@
+"""Deterministic re-run: recorded replies and results through the current engine."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+from rest_framework.test import APIClient
+
+from agents.models import Ticket, Tool
+from agents.services import runs
+from agents.services.tools import tool_save
+from tests.support.scripted_model import (
+    RedisScript,
+    Script,
+    text,
+    tool_call,
+    tool_calls,
+)
+from tests.traces.conftest import EMAIL, QUESTION, TICKET, ask, decide
+from traces.replay import task_rerun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def redis_run(alice, demo, model):
+    model(RedisScript())
+    task = ask(alice, demo.agent, QUESTION)
+    assert task.status == "succeeded", task.error_message
+    return task
+
+
+def test_a_recorded_run_re_runs_to_the_same_steps(alice, demo, model):
+    task = redis_run(alice, demo, model)
+
+    result = task_rerun(task=task)
+
+    assert result.as_dict() == {"matches": True, "divergence": None}
+    assert [(s.seq, s.kind.value, s.tool) for s in result.steps] == [
+        (s.seq, s.kind, s.tool) for s in task.steps.order_by("seq")
+    ]
+    assert result.stop_reason == "final_answer"
+
+
+def test_a_re_run_executes_nothing(alice, demo, model):
+    model(Script([tool_call("create_ticket", TICKET), text("done")]))
+    task = ask(alice, demo.agent, "make a ticket")
+    assert Ticket.objects.count() == 1
+
+    assert task_rerun(task=task).matches
+
+    assert Ticket.objects.count() == 1
+
+
+def test_recorded_approval_decisions_are_replayed_as_decisions(
+    alice, operator, demo, model
+):
+    edited = {**EMAIL, "subject": "weekly report"}
+    model(
+        Script(
+            [
+                tool_call("send_email", EMAIL),
+                tool_call("send_email", {**EMAIL, "to": "boss@example.com"}),
+                text("sent one, the other was refused"),
+            ]
+        )
+    )
+    task = ask(alice, demo.agent, "mail the report")
+    task = decide(task, operator, "approve", arguments=edited)
+    task = decide(task, operator, "reject", reason="not the boss")
+    assert task.status == "succeeded"
+    steps = {s.seq: s for s in task.steps.all()}
+    assert steps[2].status == "succeeded" and steps[2].arguments == edited
+    assert steps[4].status == "rejected"
+
+    result = task_rerun(task=task)
+
+    assert result.matches, result.divergence
+    replayed = {s.seq: s for s in result.steps}
+    assert replayed[2].arguments == edited
+    assert replayed[2].proposed_arguments == EMAIL
+    assert replayed[4].status.value == "rejected"
+
+
+def test_parallel_calls_failures_and_bad_arguments_re_run_alike(alice, demo, model):
+    model(
+        Script(
+            [
+                tool_calls(
+                    [
+                        ("calculate", {"expression": "2 * 21"}),
+                        ("calculate", {"expression": "1 / 0"}),
+                        ("calculate", {"expr": "1"}),
+                        ("no_such_tool", {}),
+                    ]
+                ),
+                text("42"),
+            ]
+        )
+    )
+    task = ask(alice, demo.agent, "what is 2 * 21?")
+    statuses = [(s.seq, s.status, s.error_class) for s in task.steps.order_by("seq")]
+    assert statuses[1:5] == [
+        (2, "succeeded", None),
+        (3, "failed", "tool_error"),
+        (4, "failed", "invalid_arguments"),
+        (5, "failed", "unknown_tool"),
+    ]
+
+    assert task_rerun(task=task).matches
+
+
+def test_a_repeated_call_is_deduplicated_again(alice, demo, model):
+    call = tool_call("calculate", {"expression": "6 * 7"})
+    model(Script([call, call, call, text("unreached")]))
+    task = ask(alice, demo.agent, "six times seven, insistently")
+    assert task.stop_reason == "repeated_call"
+
+    result = task_rerun(task=task)
+
+    assert result.matches, result.divergence
+    assert [s.status.value for s in result.steps if s.tool] == [
+        "succeeded",
+        "deduplicated",
+        "skipped",
+    ]
+
+
+def test_a_run_cancelled_while_a_call_waited_re_runs_to_the_cancel(alice, demo, model):
+    model(Script([tool_call("send_email", EMAIL), text("unreached")]))
+    task = ask(alice, demo.agent, "mail the report")
+    assert task.status == "waiting_approval"
+    runs.task_cancel(task=task, user=alice)
+    task.refresh_from_db()
+    assert task.status == "cancelled"
+
+    result = task_rerun(task=task)
+
+    assert result.matches, result.divergence
+    assert result.stop_reason == "cancelled"
+
+
+def test_a_stricter_schema_makes_the_re_run_diverge_at_that_call(
+    alice, demo, model, admin_user
+):
+    task = redis_run(alice, demo, model)
+    tool = Tool.objects.get(name="calculate")
+    tool.parameters = {
+        **tool.parameters,
+        "properties": {"expression": {"type": "string", "maxLength": 5}},
+    }
+    tool_save(tool=tool, user=admin_user)
+
+    result = task_rerun(task=task)
+
+    assert not result.matches
+    divergence = result.as_dict()["divergence"]
+    assert divergence["seq"] == 4
+    assert divergence["expected"]["tool"] == "calculate"
+    assert divergence["expected"]["status"] == "succeeded"
+    assert divergence["got"]["status"] == "failed"
+    assert divergence["got"]["error_class"] == "invalid_arguments"
+
+
+def test_a_raised_risk_makes_the_re_run_diverge_where_the_call_now_waits(
+    alice, demo, model, admin_user
+):
+    task = redis_run(alice, demo, model)
+    tool = Tool.objects.get(name="calculate")
+    tool.risk = "write"
+    tool.approval = "always"
+    tool_save(tool=tool, user=admin_user)
+
+    result = task_rerun(task=task).as_dict()
+
+    assert result["matches"] is False
+    assert result["divergence"]["seq"] == 4
+    assert result["divergence"]["expected"]["decision"] == "execute"
+    assert result["divergence"]["got"]["decision"] == "approve"
+    assert result["divergence"]["got"]["status"] == "waiting_approval"
+
+
+def test_a_disabled_tool_makes_the_re_run_diverge(alice, demo, model, admin_user):
+    task = redis_run(alice, demo, model)
+    tool = Tool.objects.get(name="search_notes")
+    tool.enabled = False
+    tool_save(tool=tool, user=admin_user)
+
+    divergence = task_rerun(task=task).divergence
+
+    assert divergence is not None and divergence.seq == 2
+    assert divergence.got is not None
+    assert divergence.got["error_class"] == "unknown_tool"
+
+
+def test_the_rerun_endpoint_answers_owner_and_auditor_and_hides_from_others(
+    alice, bob, operator, demo, model, api_client_for
+):
+    task = redis_run(alice, demo, model)
+    url = f"/api/tasks/{task.pk}/rerun/"
+    for user in (alice, operator):
+        response = api_client_for(user).post(url)
+        assert response.status_code == 200
+        assert response.json() == {"matches": True, "divergence": None}
+    assert api_client_for(bob).post(url).status_code == 404
+    assert APIClient().post(url).status_code == 401
+
+
+def test_the_rerun_endpoint_answers_409_while_the_task_is_not_final(
+    alice, demo, model, api_client_for
+):
+    model(Script([tool_call("send_email", EMAIL), text("sent")]))
+    task = ask(alice, demo.agent, "mail the report")
+    assert task.status == "waiting_approval"
+
+    response = api_client_for(alice).post(f"/api/tasks/{task.pk}/rerun/")
+
+    assert response.status_code == 409
+    assert response.json()["task"] == str(task.pk)
+
+
+def test_rerun_traces_prints_a_line_per_task_and_a_summary(alice, demo, model):
+    first = redis_run(alice, demo, model)
+    second = redis_run(alice, demo, model)
+    out = io.StringIO()
+
+    call_command("rerun_traces", stdout=out)
+
+    lines = out.getvalue().strip().splitlines()
+    assert lines[0].startswith(f"{second.pk} match")
+    assert lines[1].startswith(f"{first.pk} match")
+    assert lines[-1] == "2 checked, 2 matched, 0 diverged, 0 errors"
+
+
+def test_rerun_traces_exits_non_zero_and_names_the_divergence(
+    alice, demo, model, admin_user
+):
+    task = redis_run(alice, demo, model)
+    tool = Tool.objects.get(name="calculate")
+    tool.approval = "always"
+    tool_save(tool=tool, user=admin_user)
+    out = io.StringIO()
+
+    with pytest.raises(CommandError, match="1 diverged"):
+        call_command("rerun_traces", str(task.pk), stdout=out)
+
+    lines = out.getvalue().strip().splitlines()
+    assert lines[0].startswith(f"{task.pk} DIVERGED at step 4: expected ")
+    assert '"decision": "approve"' in lines[0]
+    assert lines[-1] == "1 checked, 0 matched, 1 diverged, 0 errors"

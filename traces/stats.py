@@ -1,0 +1,159 @@
+"""Numbers for the stats page, over the runs a user may see."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import TruncDate
+
+from agents.models import Step, Task
+from approvals.models import ApprovalRequest
+
+#: Statuses of calls that ran (their duration is a latency).
+EXECUTED = ("succeeded", "failed", "cached")
+
+
+def percentile(values: Sequence[float], fraction: float) -> float | None:
+    """Nearest-rank percentile (``fraction`` in 0..1); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+@dataclass(frozen=True)
+class ToolStats:
+    tool: str
+    calls: int
+    failures: int
+    p50_ms: float | None
+    p95_ms: float | None
+
+    @property
+    def failure_rate(self) -> float:
+        """Failed calls over all calls of the tool (0..1)."""
+        return self.failures / self.calls if self.calls else 0.0
+
+
+def tool_stats(tasks: QuerySet[Task]) -> list[ToolStats]:
+    """Calls, failures and p50/p95 latency of every tool, most called first."""
+    calls: dict[str, int] = defaultdict(int)
+    failures: dict[str, int] = defaultdict(int)
+    durations: dict[str, list[float]] = defaultdict(list)
+    rows = Step.objects.filter(task__in=tasks, kind=Step.Kind.TOOL_CALL).values_list(
+        "tool", "status", "started_at", "finished_at"
+    )
+    for tool, status, started, finished in rows.iterator(chunk_size=2000):
+        name = tool or "(unknown)"
+        calls[name] += 1
+        if status == "failed":
+            failures[name] += 1
+        if status in EXECUTED and started and finished:
+            durations[name].append((finished - started).total_seconds() * 1000)
+    return sorted(
+        (
+            ToolStats(
+                tool=name,
+                calls=count,
+                failures=failures[name],
+                p50_ms=percentile(durations[name], 0.5),
+                p95_ms=percentile(durations[name], 0.95),
+            )
+            for name, count in calls.items()
+        ),
+        key=lambda s: (-s.calls, s.tool),
+    )
+
+
+def tokens_per_model_per_day(
+    tasks: QuerySet[Task],
+) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
+    """(days, models, tokens by (day, model)) from the runs' token totals."""
+    rows = (
+        tasks.annotate(day=TruncDate("created_at"))
+        .values("day", "model")
+        .annotate(tokens=Sum("total_tokens"))
+        .order_by("day", "model")
+    )
+    tokens: dict[tuple[str, str], int] = {}
+    days: list[str] = []
+    models: list[str] = []
+    for row in rows:
+        day = row["day"].isoformat()
+        if day not in days:
+            days.append(day)
+        if row["model"] not in models:
+            models.append(row["model"])
+        tokens[(day, row["model"])] = int(row["tokens"] or 0)
+    return days, sorted(models), tokens
+
+
+def stop_reasons(tasks: QuerySet[Task]) -> list[tuple[str, int]]:
+    rows = (
+        tasks.exclude(stop_reason=None)
+        .values("stop_reason")
+        .annotate(n=Count("id"))
+        .order_by("-n", "stop_reason")
+    )
+    return [(str(r["stop_reason"]), int(r["n"])) for r in rows]
+
+
+@dataclass(frozen=True)
+class ApprovalStats:
+    counts: dict[str, int]
+    median_decision_s: float | None
+    decided: int
+
+
+def approval_stats(tasks: QuerySet[Task]) -> ApprovalStats:
+    """Approval outcomes and the median time from request to a human decision."""
+    approvals = ApprovalRequest.objects.filter(task__in=tasks)
+    counts = {
+        r["status"]: r["n"]
+        for r in approvals.values("status").annotate(n=Count("id")).order_by()
+    }
+    waits = [
+        (decided - requested).total_seconds()
+        for requested, decided in approvals.filter(
+            status__in=[
+                ApprovalRequest.Status.APPROVED,
+                ApprovalRequest.Status.REJECTED,
+            ],
+            decided_at__isnull=False,
+        ).values_list("requested_at", "decided_at")
+        if decided is not None
+    ]
+    return ApprovalStats(
+        counts=counts, median_decision_s=median(waits), decided=len(waits)
+    )
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def summary(tasks: QuerySet[Task]) -> dict[str, Any]:
+    totals = tasks.aggregate(runs=Count("id"), tokens=Sum("total_tokens"))
+    return {"runs": totals["runs"] or 0, "tokens": totals["tokens"] or 0}
