@@ -190,6 +190,12 @@ def approval_decide(
             "proposed_arguments": original if edited else None,
             "diff": _diff(original, final_args) if edited else None,
         }
+        if arguments is not None:
+            # The card and the history describe what will run, not the proposal.
+            definition = _tool_definition(task, current.tool)
+            edit_fields["preview"] = (
+                _preview(definition, final_args) or current.preview
+            )[:500]
 
         if decision == "approve":
             try:

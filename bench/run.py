@@ -322,25 +322,36 @@ def concurrent(
                     ids.append(str(task.pk))
             return ids
 
-        def run(ids: list[str]) -> float:
+        def run(ids: list[str], timeout: float = 300) -> float:
             started = time.perf_counter()
             for task_id in ids:
                 advance.apply_async((task_id,))
-            wait_until(
-                lambda: Task.objects.filter(
-                    pk__in=ids, finished_at__isnull=False
-                ).count()
-                == len(ids),
-                timeout=600,
-                poll=0.05,
-            )
+            try:
+                wait_until(
+                    lambda: Task.objects.filter(
+                        pk__in=ids, finished_at__isnull=False
+                    ).count()
+                    == len(ids),
+                    timeout=timeout,
+                    poll=0.05,
+                )
+            except TimeoutError:
+                counts: dict[str, int] = {}
+                for status in Task.objects.filter(pk__in=ids).values_list(
+                    "status", flat=True
+                ):
+                    counts[status] = counts.get(status, 0) + 1
+                tail = "\n".join(worker.lines[-40:])
+                raise TimeoutError(f"tasks by status: {counts}\n{tail}") from None
             return time.perf_counter() - started
 
         # Waits for the worker to start, and warms it up (imports, connections).
         run(make(20))
         model.take_timings()
         ids = make(tasks)
+        cpu_before = cpu_seconds(worker.process.pid)
         wall = run(ids)
+        worker_cpu = cpu_seconds(worker.process.pid) - cpu_before
         finished = Task.objects.filter(pk__in=ids)
         statuses: dict[str, int] = {}
         for status in finished.values_list("status", flat=True):
@@ -363,7 +374,19 @@ def concurrent(
         "ratio": wall / ideal,
         "statuses": statuses,
         "server_ms_median": median(server),
+        "worker_cpu_s": worker_cpu,
+        "worker_cpu_ms_per_task": worker_cpu * 1000 / tasks,
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc (Linux)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 # -- report ----------------------------------------------------------------------------
@@ -398,6 +421,8 @@ def report(one: dict[str, Any] | None, two: dict[str, Any] | None) -> str:
             f"   ideal (calls x latency){two['ideal_s']:7.2f} s",
             f"   ratio                  {two['ratio']:7.2f} x  (target: within 1.5 x)",
             f"   outcomes               {two['statuses']}",
+            f"   worker CPU             {two['worker_cpu_s']:7.2f} s"
+            f"  ({two['worker_cpu_ms_per_task']:.1f} ms per task)",
         ]
     return "\n".join(out)
 

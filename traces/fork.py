@@ -15,7 +15,6 @@ from typing import Any
 
 from django.db import transaction
 
-from agents.engine.canonical import dumps
 from agents.engine.loop import Engine
 from agents.engine.model_client import ModelReply
 from agents.engine.spec import (
@@ -244,6 +243,5 @@ def _replanned(
                 "parent": str(parent.pk),
                 "original_arguments": original.arguments,
             }
-            record.raw_arguments = planner.redactor.text(dumps(arguments))
         planned.append(record)
     return planned

@@ -148,22 +148,41 @@ def _raise(step: StepRecord) -> Any:
     )
 
 
+class RecordedInternalError(Exception):
+    """The recorded run ended here with an internal error (a bug, not a step)."""
+
+
 @dataclass
 class ReplayJournal(MemoryJournal):
-    """A MemoryJournal that cancels where the recorded run was cancelled."""
+    """A MemoryJournal that ends where the recorded run ended for outside reasons.
+
+    Cancellation, the wall-clock budget and internal errors come from outside
+    the record; once the recorded replies are used up (and the turn is done)
+    the re-run ends the way the recorded run did instead of asking for more.
+    """
 
     replay_client: ReplayModelClient | None = None
-    cancel_when_exhausted: bool = False
+    ended_by: str | None = None
 
-    def control(self) -> Control:
-        if (
-            self.cancel_when_exhausted
-            and self.replay_client is not None
+    def _at_recorded_end(self) -> bool:
+        return (
+            self.replay_client is not None
             and self.replay_client.exhausted
             and not self._open_tool_steps()
-        ):
-            self.cancelled = True
+        )
+
+    def control(self) -> Control:
+        if self._at_recorded_end():
+            if self.ended_by == StopReason.CANCELLED.value:
+                self.cancelled = True
+            elif self.ended_by == StopReason.INTERNAL_ERROR.value:
+                raise RecordedInternalError()
         return super().control()
+
+    def active_seconds(self) -> float:
+        if self.ended_by == StopReason.TIME_BUDGET.value and self._at_recorded_end():
+            return float("inf")
+        return super().active_seconds()
 
     def _open_tool_steps(self) -> list[StepRecord]:
         return [
@@ -256,7 +275,7 @@ def rerun(
         history=list(run.history),
         inherited_taint=list(run.inherited_taint),
         replay_client=client,
-        cancel_when_exhausted=run.stop_reason == StopReason.CANCELLED.value,
+        ended_by=run.stop_reason,
     )
     recorded = {s.seq: s for s in run.steps}
     try:
@@ -266,6 +285,8 @@ def rerun(
                 break
             if not replay_decisions(journal, recorded):
                 break
+    except RecordedInternalError:
+        journal.finish(StopReason.INTERNAL_ERROR, answer=None, message=None)
     finally:
         executor.shutdown()
     got_reason = journal.finished[0].value if journal.finished else None

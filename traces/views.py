@@ -433,7 +433,8 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
         ).prefetch_related("votes__user"):
             info = _approval_info(approval) | {"step": approval.step.seq}
             approvals.append(info)
-            by_step[approval.step.seq] = info
+            # The action's request first; a later recovery request is in the table.
+            by_step.setdefault(approval.step.seq, info)
     rows = []
     for step in steps:
         detail = step.detail or {}

@@ -14,7 +14,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -256,6 +257,24 @@ def _reason_text(reason: StopReason) -> str:
 
 # -- claiming ----------------------------------------------------------------------
 
+#: SQLite has one writer at a time. A writer that finds the database locked waits
+#: in SQLite's busy handler, which sleeps in coarse steps (up to 100 ms a try), so
+#: under a hundred concurrent runs some writers starve for seconds. Within one
+#: process, runs queue on this lock instead and get the write the moment it is
+#: free. (PostgreSQL needs none of this: rows are locked, not the database.)
+_sqlite_writes = threading.RLock()
+
+
+@contextmanager
+def _write_transaction() -> Iterator[None]:
+    """``transaction.atomic()``, serialised within this process on SQLite."""
+    if connection.vendor == "sqlite":
+        with _sqlite_writes, transaction.atomic():
+            yield
+    else:
+        with transaction.atomic():
+            yield
+
 
 def task_claim(*, task_id: Any, owner: str) -> int | None:
     """Take the lease of a runnable task; return the new epoch, or None."""
@@ -269,7 +288,19 @@ def task_claim(*, task_id: Any, owner: str) -> int | None:
         | Q(status=TaskStatus.RUNNING, lease_expires_at__isnull=True)
         | (Q(status=TaskStatus.WAITING_APPROVAL) & ~Exists(waiting))
     )
-    claimed = (
+    with _sqlite_writes if connection.vendor == "sqlite" else nullcontext():
+        claimed = _claim_update(claimable, task_id, owner, now)
+    if claimed != 1:
+        return None
+    row = Task.objects.filter(pk=task_id).values("lease_epoch", "lease_owner").first()
+    if row is None or row["lease_owner"] != owner:
+        return None
+    notify.task_changed_on_commit(task_id)
+    return int(row["lease_epoch"])
+
+
+def _claim_update(claimable: Q, task_id: Any, owner: str, now: Any) -> int:
+    return (
         # Imported traces (origin set) are records, never runs.
         Task.objects.filter(claimable, pk=task_id, origin__isnull=True)
         .update(
@@ -282,13 +313,6 @@ def task_claim(*, task_id: Any, owner: str) -> int | None:
             rev=F("rev") + 1,
         )
     )
-    if claimed != 1:
-        return None
-    row = Task.objects.filter(pk=task_id).values("lease_epoch", "lease_owner").first()
-    if row is None or row["lease_owner"] != owner:
-        return None
-    notify.task_changed_on_commit(task_id)
-    return int(row["lease_epoch"])
 
 
 class _Heartbeat:
@@ -324,10 +348,11 @@ class _Heartbeat:
             try:
                 close_old_connections()
                 expires = timezone.now() + timedelta(seconds=settings.REACH_LEASE_S)
-                for task_id, (owner, epoch) in runs.items():
-                    Task.objects.filter(
-                        pk=task_id, lease_owner=owner, lease_epoch=epoch
-                    ).update(lease_expires_at=expires)
+                with _write_transaction():
+                    for task_id, (owner, epoch) in runs.items():
+                        Task.objects.filter(
+                            pk=task_id, lease_owner=owner, lease_epoch=epoch
+                        ).update(lease_expires_at=expires)
             except Exception:  # noqa: BLE001 - next beat tries again
                 log.warning("lease heartbeat failed", exc_info=True)
             finally:
@@ -413,7 +438,7 @@ class DjangoJournal:
     def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
         from approvals.services import approval_create
 
-        with transaction.atomic():
+        with _write_transaction():
             task = self._locked_task()
             rows = []
             for record in steps:
@@ -451,7 +476,7 @@ class DjangoJournal:
         return [row.record() for row in sorted(rows, key=lambda r: r.seq)]
 
     def update(self, step: StepRecord) -> StepRecord:
-        with transaction.atomic():
+        with _write_transaction():
             task = self._locked_task()
             task.rev += 1
             stored = _stored(step)
@@ -480,7 +505,7 @@ class DjangoJournal:
         return row.record()
 
     def park(self) -> bool:
-        with transaction.atomic():
+        with _write_transaction():
             task = self._locked_task()
             waiting = task.steps.filter(status=StepStatus.WAITING_APPROVAL).exists()
             if not waiting:
@@ -510,7 +535,7 @@ class DjangoJournal:
     ) -> None:
         from approvals.services import approvals_cancel_for_task
 
-        with transaction.atomic():
+        with _write_transaction():
             task = self._locked_task()
             if reason is StopReason.CANCELLED:
                 approvals_cancel_for_task(task=task)
@@ -546,7 +571,7 @@ class DjangoJournal:
         """A write started before a crash and is not safe to retry: ask a human."""
         from approvals.services import approval_create
 
-        with transaction.atomic():
+        with _write_transaction():
             task = self._locked_task()
             row = Step.objects.select_for_update().get(task=task, seq=step.seq)
             task.rev += 1

@@ -151,7 +151,8 @@ async function decide(card, body) {
   }
   // Two-person rule: this vote counts; another approver decides.
   const votes = card.querySelector("[data-votes]");
-  if (votes) votes.textContent = `${result.data.approved_by.length} of ${result.data.approvals_required} approvers`;
+  const by = result.data.approved_by;
+  if (votes) votes.textContent = `${by.length} of ${result.data.approvals_required} approvers: ${by.join(", ")}`;
   if (card.classList.contains("editing")) setEditing(card, false);
   card.querySelector("pre[data-args]").textContent = JSON.stringify(result.data.arguments, null, 2);
   showNotice(card, "Your approval is recorded; a second approver must approve too.");

@@ -93,6 +93,7 @@ def test_an_edited_approval_records_the_diff_and_runs_the_edited_call(
     assert body["arguments"] == edited
     assert body["proposed_arguments"] == EMAIL
     assert body["diff"] == {"to": {"from": "ops@example.com", "to": "team@example.com"}}
+    assert body["preview"] == "Send email to team@example.com — subject: report"
     task = advance(task)
     assert task.status == "succeeded"
     step = task.steps.get(tool="send_email")

@@ -249,3 +249,74 @@ def test_rerun_traces_exits_non_zero_and_names_the_divergence(
     assert lines[0].startswith(f"{task.pk} DIVERGED at step 4: expected ")
     assert '"decision": "approve"' in lines[0]
     assert lines[-1] == "1 checked, 0 matched, 1 diverged, 0 errors"
+
+
+def test_a_run_stopped_by_its_time_budget_re_runs_to_the_same_stop(alice, demo, model):
+    from tests.support.scripted_model import delay
+
+    demo.agent.time_budget_s = 1
+    demo.agent.save()
+    model(
+        Script([delay(1.1, tool_call("calculate", {"expression": "1 + 1"})), text("2")])
+    )
+    task = ask(alice, demo.agent, "slowly")
+    assert task.stop_reason == "time_budget"
+
+    result = task_rerun(task=task)
+
+    assert result.matches, result.divergence
+    assert result.stop_reason == "time_budget"
+
+
+def test_a_run_that_ended_in_an_internal_error_re_runs_to_the_same_end():
+    from agents.engine.spec import Limits, StepKind, StepRecord, StepStatus, ToolSpec
+    from traces.replay import RecordedRun, rerun
+
+    calculate = ToolSpec(
+        name="calculate",
+        description="Arithmetic.",
+        parameters={
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    )
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "calculate", "arguments": '{"expression": "1 + 1"}'},
+    }
+    steps = [
+        StepRecord(
+            seq=1,
+            kind=StepKind.MODEL_CALL,
+            status=StepStatus.SUCCEEDED,
+            response={"role": "assistant", "content": None, "tool_calls": [call]},
+        ),
+        StepRecord(
+            seq=2,
+            kind=StepKind.TOOL_CALL,
+            status=StepStatus.SUCCEEDED,
+            tool="calculate",
+            call_id="c1",
+            call_index=0,
+            parent_seq=1,
+            arguments={"expression": "1 + 1"},
+            result={"expression": "1 + 1", "result": 2},
+            idempotency_key="t:1:0",
+        ),
+    ]
+    run = RecordedRun(
+        task_id="t",
+        goal="add",
+        system="",
+        model="m",
+        steps=steps,
+        stop_reason="internal_error",
+    )
+
+    result = rerun(run, specs={"calculate": calculate}, limits=Limits())
+
+    assert result.matches, result.divergence
+    assert result.stop_reason == "internal_error"
+    assert [s.status.value for s in result.steps] == ["succeeded", "succeeded"]
