@@ -32,10 +32,12 @@ up: install
 	exec $(PY) manage.py up
 
 # Debian's chromium for the browser tests (Playwright drives it; no download).
+# A CJK font too, or the Chinese demo text renders as empty boxes.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "==> installing Debian's chromium for the browser tests"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@{ command -v chromium >/dev/null 2>&1 && fc-list 2>/dev/null | grep -qi wqy; } || { \
+	  echo "==> installing Debian's chromium and a CJK font for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium fonts-wqy-microhei >/dev/null; }
 
 test: install chromium model
 	$(MAKE) --no-print-directory test-sqlite

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import llama_cpp
 from llama_cpp import llama_chat_format
@@ -78,7 +78,7 @@ def reach_tools_chat_handler(
     model: str | None = None,
     logits_processor: Any = None,
     grammar: LlamaGrammar | None = None,
-    logit_bias: dict[str, float] | None = None,
+    logit_bias: Any = None,
     logprobs: bool | None = None,
     top_logprobs: int | None = None,
     **kwargs: Any,
@@ -156,9 +156,11 @@ def reach_tools_chat_handler(
 
 def register() -> None:
     """Register the handler under ``reach-tools`` (done on import; idempotent)."""
-    registry = llama_chat_format.LlamaChatCompletionHandlerRegistry()
+    registry = llama_chat_format.LlamaChatCompletionHandlerRegistry()  # type: ignore[no-untyped-call]
     registry.register_chat_completion_handler(
-        CHAT_FORMAT, reach_tools_chat_handler, overwrite=True
+        CHAT_FORMAT,
+        cast(llama_chat_format.LlamaChatCompletionHandler, reach_tools_chat_handler),
+        overwrite=True,
     )
 
 

@@ -118,10 +118,43 @@ def steps_changed_on_commit(
     _after_commit(send)
 
 
+#: The columns task_payload reads (agents/payloads.py).
+TASK_EVENT_FIELDS = (
+    "id",
+    "conversation_id",
+    "agent__name",
+    "owner__username",
+    "model",
+    "status",
+    "stop_reason",
+    "final_answer",
+    "error_message",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "step_count",
+    "parent_id",
+    "parent_seq",
+    "origin",
+    "goal",
+    "tainted_by",
+    "rev",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
 def _push_task(task_id: Any) -> None:
     from agents.models import Task
 
-    task = Task.objects.select_related("agent", "owner").filter(pk=task_id).first()
+    # Only what the payload shows: this runs after every committed step.
+    task = (
+        Task.objects.select_related("agent", "owner")
+        .only(*TASK_EVENT_FIELDS)
+        .filter(pk=task_id)
+        .first()
+    )
     if task is not None:
         _send(task_group(task_id), task_event(task))
 

@@ -87,7 +87,8 @@ function updateTask(article, task) {
       const text =
         task.final_answer !== null && task.final_answer !== undefined
           ? task.final_answer
-          : task.error || `Stopped (${task.stop_reason}).`;
+          : task.error ||
+            (task.stop_reason === "cancelled" ? "Cancelled." : `Stopped (${task.stop_reason}).`);
       const reply = bubble("assistant", text, task.status === "succeeded" ? "" : "stopped");
       reply.dataset.reply = "";
       article.append(reply);

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from agents.localmodel.chatformat import (
     resolve_tool_choice,
 )
 
-SEARCH_NOTES = {
+SEARCH_NOTES: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "search_notes",
@@ -37,7 +38,7 @@ SEARCH_NOTES = {
         },
     },
 }
-CALCULATE = {
+CALCULATE: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "calculate",
@@ -49,7 +50,7 @@ CALCULATE = {
         },
     },
 }
-TOOLS = [SEARCH_NOTES, CALCULATE]
+TOOLS: list[dict[str, Any]] = [SEARCH_NOTES, CALCULATE]
 NOTE = (
     '[{"title": "缓存改造", '
     '"content": "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。"}]'
@@ -57,7 +58,7 @@ NOTE = (
 CALL_CALCULATE = 'functions.calculate:\n{"expression": "1"}'
 CALC_ONE_PLUS_ONE = {"name": "calculate", "arguments": '{"expression": "1+1"}'}
 CALC_TWO_PLUS_TWO = {"name": "calculate", "arguments": '{"expression": "2+2"}'}
-CONVERSATION = [
+CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": 'You are "Reach", a helpful agent.'},
     {"role": "user", "content": "项目笔记里哪个方案提到 Redis？"},
     {
@@ -78,7 +79,9 @@ CONVERSATION = [
 ]
 
 
-def prompt_of(messages: list[dict], tools: list[dict] | None = None) -> str:
+def prompt_of(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> str:
     return chatformat.prompt_text(render_prompt(messages, tools))
 
 
@@ -131,7 +134,7 @@ def test_assistant_text_is_rendered_as_a_message() -> None:
 
 
 def test_consecutive_tool_results_share_one_user_turn() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "both"},
         {
             "role": "assistant",

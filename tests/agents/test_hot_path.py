@@ -1,0 +1,113 @@
+"""The per-step hot path: few queries, and pushes off the run's thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agents.engine.spec import StepKind, StepRecord, StepStatus, utcnow
+from agents.models import Task
+from agents.payloads import task_payload
+from agents.services import notify, runs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def claimed(alice: Any, demo: Any) -> runs.DjangoJournal:
+    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+    task = runs.task_start(conversation=conversation, content="hi")
+    epoch = runs.task_claim(task_id=task.pk, owner="w1")
+    assert epoch is not None
+    return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner="w1", epoch=epoch)
+
+
+def drain() -> None:
+    """Wait until the notifier has sent everything queued so far."""
+    drained = threading.Event()
+    notify._dispatcher.submit(drained.set)
+    assert drained.wait(10)
+
+
+def tool_step(seq: int, status: StepStatus) -> StepRecord:
+    return StepRecord(
+        seq=seq,
+        kind=StepKind.TOOL_CALL,
+        status=status,
+        tool="calculate",
+        call_index=0,
+        parent_seq=1,
+        arguments={"expression": "1+1"},
+        started_at=utcnow(),
+    )
+
+
+def test_a_step_update_is_one_locked_read_and_two_writes(alice, demo):
+    journal = claimed(alice, demo)
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+
+    with CaptureQueriesContext(connection) as queries:
+        updated = journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+
+    sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
+    assert sql == ["BEGIN", "SELECT", "UPDATE", "UPDATE", "COMMIT"]
+    assert updated.status is StepStatus.SUCCEEDED and updated.rev > step.rev
+    stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
+    assert (stored.status, stored.result, stored.rev) == ("succeeded", 2, updated.rev)
+
+
+def test_appending_steps_neither_counts_nor_reads_them_back(alice, demo):
+    journal = claimed(alice, demo)
+    with CaptureQueriesContext(connection) as queries:
+        journal.append(
+            [tool_step(2, StepStatus.RUNNING), tool_step(3, StepStatus.RUNNING)]
+        )
+
+    sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
+    assert sql == ["BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"]
+    assert Task.objects.get(pk=journal.task_id).step_count == 2
+
+
+def test_the_task_event_reads_only_its_columns_and_matches_the_full_payload(
+    alice, demo
+):
+    journal = claimed(alice, demo)
+    drain()
+    full = task_payload(
+        Task.objects.select_related("agent", "owner").get(pk=journal.task_id)
+    )
+    sent: list[dict[str, Any]] = []
+    original = notify._send
+    notify._send = lambda group, event: sent.append(event)  # type: ignore[assignment]
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            notify._push_task(journal.task_id)
+    finally:
+        notify._send = original  # type: ignore[assignment]
+    assert len(queries.captured_queries) == 1
+    assert sent[0]["task"] == full
+
+
+def test_pushes_happen_after_commit_on_the_notifier_thread_in_order(alice, demo):
+    journal = claimed(alice, demo)
+    drain()  # the claim's own push goes first
+    sent: list[tuple[str, str]] = []
+    original = notify._send
+
+    def record(group: str, event: dict[str, Any]) -> None:
+        sent.append((threading.current_thread().name, event["type"]))
+
+    notify._send = record  # type: ignore[assignment]
+    try:
+        journal.append([tool_step(2, StepStatus.RUNNING)])
+        deadline = time.monotonic() + 10
+        while len(sent) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        notify._send = original  # type: ignore[assignment]
+    # Not on the run's thread, and in commit order: the step, then its task.
+    assert sent == [("reach-notify", "step"), ("reach-notify", "task")]
