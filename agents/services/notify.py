@@ -99,18 +99,33 @@ def _send(group: str, event: dict[str, Any]) -> None:
 
 
 def steps_changed_on_commit(
-    task_id: Any, step_ids: Sequence[int], *, task: bool = False
+    task_id: Any,
+    step_ids: Sequence[int],
+    *,
+    task: bool = False,
+    rows: Sequence[Any] | None = None,
+    task_row: Any = None,
 ) -> None:
-    """After commit, push the committed state of these steps (and the task)."""
+    """After commit, push the committed state of these steps (and the task).
+
+    ``rows`` (the Step rows exactly as written) and ``task_row`` (the Task as
+    written, its agent and owner loaded) spare reading them back; each must be an
+    object nobody changes after the commit.
+    """
 
     def send() -> None:
         from agents.models import Step
 
         try:
-            steps = Step.objects.filter(pk__in=list(step_ids)).order_by("seq")
+            if rows is not None:
+                steps = sorted(rows, key=lambda row: row.seq)
+            else:
+                steps = list(Step.objects.filter(pk__in=list(step_ids)).order_by("seq"))
             for step in steps:
                 _send(task_group(task_id), step_event(step))
-            if task:
+            if task and task_row is not None:
+                _send(task_group(task_id), task_event(task_row))
+            elif task:
                 _push_task(task_id)
         except Exception:  # noqa: BLE001 - clients resume from the database
             log.warning("step push for task %s failed", task_id, exc_info=True)

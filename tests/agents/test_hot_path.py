@@ -10,6 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from agents.engine.loop import LeaseLost
 from agents.engine.spec import StepKind, StepRecord, StepStatus, utcnow
 from agents.models import Task
 from agents.payloads import task_payload
@@ -46,7 +47,7 @@ def tool_step(seq: int, status: StepStatus) -> StepRecord:
     )
 
 
-def test_a_step_update_is_one_locked_read_and_two_writes(alice, demo):
+def test_a_step_update_is_a_fenced_bump_a_read_of_the_rev_and_one_write(alice, demo):
     journal = claimed(alice, demo)
     [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
 
@@ -54,7 +55,7 @@ def test_a_step_update_is_one_locked_read_and_two_writes(alice, demo):
         updated = journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
 
     sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
-    assert sql == ["BEGIN", "SELECT", "UPDATE", "UPDATE", "COMMIT"]
+    assert sql == ["BEGIN", "UPDATE", "SELECT", "UPDATE", "COMMIT"]
     assert updated.status is StepStatus.SUCCEEDED and updated.rev > step.rev
     stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
     assert (stored.status, stored.result, stored.rev) == ("succeeded", 2, updated.rev)
@@ -111,3 +112,34 @@ def test_pushes_happen_after_commit_on_the_notifier_thread_in_order(alice, demo)
         notify._send = original  # type: ignore[assignment]
     # Not on the run's thread, and in commit order: the step, then its task.
     assert sent == [("reach-notify", "step"), ("reach-notify", "task")]
+
+
+def test_a_step_update_by_a_worker_that_lost_its_lease_writes_nothing(alice, demo):
+    journal = claimed(alice, demo)
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    Task.objects.filter(pk=journal.task_id).update(lease_epoch=journal.epoch + 1)
+
+    with pytest.raises(LeaseLost):
+        journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+
+    stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
+    assert (stored.status, stored.result, stored.rev) == ("running", None, step.rev)
+
+
+def test_control_reports_a_cancel_and_fences_out_a_stale_worker(alice, demo):
+    journal = claimed(alice, demo)
+    assert journal.control().cancelled is False
+    Task.objects.filter(pk=journal.task_id).update(cancel_requested=True)
+    assert journal.control().cancelled is True
+    Task.objects.filter(pk=journal.task_id).update(lease_owner="w2")
+    with pytest.raises(LeaseLost):
+        journal.control()
+
+
+def test_an_untrusted_result_taints_the_task_through_the_fast_update(alice, demo):
+    journal = claimed(alice, demo)
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    journal.update(
+        step.copy(status=StepStatus.SUCCEEDED, result=[], detail={"untrusted": True})
+    )
+    assert Task.objects.get(pk=journal.task_id).tainted_by == ["calculate#2"]
