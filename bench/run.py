@@ -117,7 +117,7 @@ def start_model(env: dict[str, str], *args: str) -> tuple[Proc, str]:
     return proc, url
 
 
-# -- setup ---------------------------------------------------------------------------
+# -- setup -------------------------------------------------------------------------
 
 
 def prepare(var_dir: Path) -> tuple[Any, dict[str, str]]:
@@ -160,13 +160,14 @@ def use_model(url: str) -> None:
     settings.OPENAI_BASE_URL = url
 
 
-# -- 1. per-step overhead --------------------------------------------------------------
+# -- 1. per-step overhead ----------------------------------------------------------
 
 
 def platform_loop(model: Proc, tasks: int, steps: int) -> dict[str, Any]:
+    from django.contrib.auth import get_user_model
+
     from agents.models import Agent, Task
     from agents.services import runs
-    from django.contrib.auth import get_user_model
 
     alice = get_user_model().objects.get(username="alice")
     agent = Agent.objects.get(name="assistant")
@@ -196,29 +197,43 @@ def platform_loop(model: Proc, tasks: int, steps: int) -> dict[str, Any]:
     return {"per_step_ms": per_step, "server_ms": server}
 
 
-def bare_loop(model: Proc, url: str, tasks: int, steps: int) -> dict[str, Any]:
-    import openai
+class BareAgent:
+    """The loop without the platform: the openai SDK, the same tools, no records."""
 
-    from agents.engine.safe_eval import evaluate_arithmetic
-    from agents.models import Agent
-    from agents.services.tools import agent_snapshot, spec_from_definition
+    def __init__(self, url: str, connections: int = 100) -> None:
+        import httpx2
+        import openai
 
-    snapshot = agent_snapshot(Agent.objects.get(name="assistant"))
-    tools = [spec_from_definition(d).openai_tool() for d in snapshot["tools"]]
-    client = openai.OpenAI(base_url=url, api_key="bench-key", max_retries=0)
-    per_step: list[float] = []
+        from agents.engine.safe_eval import evaluate_arithmetic
+        from agents.models import Agent
+        from agents.services.tools import agent_snapshot, spec_from_definition
 
-    def one(number: int) -> int:
+        snapshot = agent_snapshot(Agent.objects.get(name="assistant"))
+        self.instructions = snapshot["instructions"]
+        self.tools = [spec_from_definition(d).openai_tool() for d in snapshot["tools"]]
+        self.evaluate = evaluate_arithmetic
+        limits = httpx2.Limits(
+            max_connections=connections, max_keepalive_connections=connections
+        )
+        self.client = openai.OpenAI(
+            base_url=url,
+            api_key="bench-key",
+            max_retries=0,
+            http_client=openai.DefaultHttpx2Client(limits=limits),
+        )
+
+    def run(self, number: int) -> int:
+        """One task: call the model, run its calculations, until it answers."""
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": snapshot["instructions"]},
+            {"role": "system", "content": self.instructions},
             {"role": "user", "content": f"run {number}"},
         ]
         calls = 0
         while True:
-            completion = client.chat.completions.create(
+            completion = self.client.chat.completions.create(
                 model="scripted-model",
                 messages=messages,  # type: ignore[arg-type]
-                tools=tools,  # type: ignore[arg-type]
+                tools=self.tools,  # type: ignore[arg-type]
                 tool_choice="auto",
                 temperature=0.0,
             )
@@ -229,7 +244,7 @@ def bare_loop(model: Proc, url: str, tasks: int, steps: int) -> dict[str, Any]:
             messages.append(message.model_dump(exclude_none=True))
             for call in message.tool_calls:
                 arguments = json.loads(call.function.arguments)  # type: ignore[union-attr]
-                value = evaluate_arithmetic(arguments["expression"])
+                value = self.evaluate(arguments["expression"])
                 messages.append(
                     {
                         "role": "tool",
@@ -238,18 +253,49 @@ def bare_loop(model: Proc, url: str, tasks: int, steps: int) -> dict[str, Any]:
                     }
                 )
 
+    def close(self) -> None:
+        self.client.close()
+
+
+def bare_loop(model: Proc, url: str, tasks: int, steps: int) -> dict[str, Any]:
+    agent = BareAgent(url)
+    per_step: list[float] = []
     for number in range(3):
-        one(number)
+        agent.run(number)
     model.take_timings()
     for number in range(tasks):
         started = time.perf_counter()
-        calls = one(number)
+        calls = agent.run(number)
         elapsed = time.perf_counter() - started
         assert calls == steps, calls
         per_step.append(elapsed * 1000 / calls)
-    client.close()
+    agent.close()
     server = model.take_timings()
     return {"per_step_ms": per_step, "server_ms": server}
+
+
+def bare_concurrent(
+    env: dict[str, str], tasks: int, latency: float, calls: int
+) -> dict[str, Any]:
+    """The floor for part 2: ``tasks`` bare loops on as many threads, one process."""
+    model, url = start_model(env, "--steps", str(calls), "--latency", str(latency))
+    agent = BareAgent(url, connections=max(100, tasks))
+    try:
+        for number in range(5):
+            agent.run(number)
+        cpu_before = time.process_time()
+        threads = [threading.Thread(target=agent.run, args=(n,)) for n in range(tasks)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu_before
+    finally:
+        agent.close()
+        model.stop()
+    return {"wall_s": wall, "ratio": wall / (calls * latency), "cpu_s": cpu}
 
 
 def overhead(env: dict[str, str], tasks: int, steps: int) -> dict[str, Any]:
@@ -279,35 +325,38 @@ def overhead(env: dict[str, str], tasks: int, steps: int) -> dict[str, Any]:
     }
 
 
-# -- 2. concurrent tasks -----------------------------------------------------------------
+# -- 2. concurrent tasks -----------------------------------------------------------
 
 
 def concurrent(
-    env: dict[str, str], tasks: int, latency: float, concurrency: int
+    env: dict[str, str], tasks: int, latency: float, concurrency: int, workers: int
 ) -> dict[str, Any]:
+    from django.contrib.auth import get_user_model
+
     from agents.models import Agent, Task
     from agents.services import runs
     from agents.tasks import advance
-    from django.contrib.auth import get_user_model
 
-    model, url = start_model(
-        env, "--script", "redis", "--latency", str(latency)
-    )
+    model, url = start_model(env, "--script", "redis", "--latency", str(latency))
+    threads = -(-concurrency // workers)
     worker_env = {
         **env,
         "OPENAI_BASE_URL": url,
-        "REACH_WORKER_CONCURRENCY": str(concurrency),
+        "REACH_WORKER_CONCURRENCY": str(threads),
     }
-    worker = Proc(
-        "worker",
-        [
-            sys.executable, "-m", "celery", "-A", "reach_site", "worker",
-            "-P", "threads", "-c", str(concurrency), "-Q", "reach",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-l", "WARNING", "-n", f"bench-{os.getpid()}@%h",
-        ],
-        worker_env,
-    )
+    procs = [
+        Proc(
+            f"worker-{number}",
+            [
+                sys.executable, "-m", "celery", "-A", "reach_site", "worker",
+                "-P", "threads", "-c", str(threads), "-Q", "reach",
+                "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "-l", "WARNING", "-n", f"bench-{os.getpid()}-{number}@%h",
+            ],
+            worker_env,
+        )
+        for number in range(workers)
+    ]  # fmt: skip
     try:
         use_model(url)
         alice = get_user_model().objects.get(username="alice")
@@ -328,10 +377,12 @@ def concurrent(
                 advance.apply_async((task_id,))
             try:
                 wait_until(
-                    lambda: Task.objects.filter(
-                        pk__in=ids, finished_at__isnull=False
-                    ).count()
-                    == len(ids),
+                    lambda: (
+                        Task.objects.filter(
+                            pk__in=ids, finished_at__isnull=False
+                        ).count()
+                        == len(ids)
+                    ),
                     timeout=timeout,
                     poll=0.05,
                 )
@@ -341,32 +392,35 @@ def concurrent(
                     "status", flat=True
                 ):
                     counts[status] = counts.get(status, 0) + 1
-                tail = "\n".join(worker.lines[-40:])
+                tail = "\n".join(procs[0].lines[-40:])
                 raise TimeoutError(f"tasks by status: {counts}\n{tail}") from None
             return time.perf_counter() - started
 
-        # Waits for the worker to start, and warms it up (imports, connections).
-        run(make(20))
+        # Waits for the workers to start, and warms them up (imports, connections).
+        run(make(20 * workers))
         model.take_timings()
         ids = make(tasks)
-        cpu_before = cpu_seconds(worker.process.pid)
+        cpu_before = sum(cpu_seconds(p.process.pid) for p in procs)
         wall = run(ids)
-        worker_cpu = cpu_seconds(worker.process.pid) - cpu_before
+        worker_cpu = sum(cpu_seconds(p.process.pid) for p in procs) - cpu_before
         finished = Task.objects.filter(pk__in=ids)
         statuses: dict[str, int] = {}
         for status in finished.values_list("status", flat=True):
             statuses[status] = statuses.get(status, 0) + 1
-        calls = sum(
-            t.steps.filter(kind="model_call").count() for t in finished[:5]
-        ) / min(5, tasks)
+        sample = list(finished[:5])
+        calls = sum(t.steps.filter(kind="model_call").count() for t in sample) / len(
+            sample
+        )
         server = model.take_timings()
     finally:
-        worker.stop()
+        for proc in procs:
+            proc.stop()
         model.stop()
     ideal = calls * latency
     return {
         "tasks": tasks,
-        "concurrency": concurrency,
+        "workers": workers,
+        "threads_per_worker": threads,
         "latency_s": latency,
         "model_calls_per_task": calls,
         "wall_s": wall,
@@ -389,10 +443,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-# -- report ----------------------------------------------------------------------------
+# -- report ------------------------------------------------------------------------
 
 
-def report(one: dict[str, Any] | None, two: dict[str, Any] | None) -> str:
+def report(
+    one: dict[str, Any] | None,
+    two: list[dict[str, Any]],
+    floor: dict[str, Any] | None,
+) -> str:
     cores = os.cpu_count()
     out = [f"Agent Reach benchmark · {cores} cores · SQLite (WAL) + bundled Redis"]
     if one:
@@ -411,18 +469,27 @@ def report(one: dict[str, Any] | None, two: dict[str, Any] | None) -> str:
             f"   difference             {one['difference_ms']:7.2f} ms per step"
             "  (target: within 6 ms)",
         ]
-    if two:
+    for run in two:
         out += [
             "",
-            f"2. {two['tasks']} concurrent tasks, {two['latency_s'] * 1000:.0f} ms model,"
-            f" worker threads pool x {two['concurrency']}",
-            f"   model calls per task   {two['model_calls_per_task']:.0f}",
-            f"   wall time              {two['wall_s']:7.2f} s",
-            f"   ideal (calls x latency){two['ideal_s']:7.2f} s",
-            f"   ratio                  {two['ratio']:7.2f} x  (target: within 1.5 x)",
-            f"   outcomes               {two['statuses']}",
-            f"   worker CPU             {two['worker_cpu_s']:7.2f} s"
-            f"  ({two['worker_cpu_ms_per_task']:.1f} ms per task)",
+            f"2. {run['tasks']} concurrent tasks, {run['latency_s'] * 1000:.0f} ms"
+            f" model, {run['workers']} worker process(es) x"
+            f" {run['threads_per_worker']} threads",
+            f"   model calls per task   {run['model_calls_per_task']:.0f}",
+            f"   wall time              {run['wall_s']:7.2f} s",
+            f"   ideal (calls x latency){run['ideal_s']:7.2f} s",
+            f"   ratio                  {run['ratio']:7.2f} x  (target: within 1.5 x)",
+            f"   outcomes               {run['statuses']}",
+            f"   worker CPU             {run['worker_cpu_s']:7.2f} s"
+            f"  ({run['worker_cpu_ms_per_task']:.1f} ms per task)",
+        ]
+    if floor:
+        out += [
+            "",
+            f"   floor: the same calls from bare openai-SDK loops, {floor['tasks']} "
+            "threads in one process",
+            f"   wall time              {floor['wall_s']:7.2f} s"
+            f"  (ratio {floor['ratio']:.2f} x, CPU {floor['cpu_s']:.2f} s)",
         ]
     return "\n".join(out)
 
@@ -434,6 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=200, help="tasks, part 2")
     parser.add_argument("--latency", type=float, default=0.2, help="seconds, part 2")
     parser.add_argument("--concurrency", type=int, default=200, help="worker threads")
+    parser.add_argument(
+        "--workers",
+        default="1,2",
+        help="worker processes for part 2, comma-separated runs (default 1,2)",
+    )
     parser.add_argument("--only", choices=["overhead", "concurrent"], default=None)
     parser.add_argument("--json", action="store_true", help="print JSON as well")
     options = parser.parse_args(argv)
@@ -441,18 +513,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
         redis_server, env = prepare(Path(tmp))
         try:
-            one = two = None
+            one = floor = None
+            two: list[dict[str, Any]] = []
             if options.only in (None, "overhead"):
                 one = overhead(env, options.tasks, options.steps)
             if options.only in (None, "concurrent"):
-                two = concurrent(
-                    env, options.concurrent, options.latency, options.concurrency
-                )
+                for workers in (int(w) for w in options.workers.split(",")):
+                    two.append(
+                        concurrent(
+                            env,
+                            options.concurrent,
+                            options.latency,
+                            options.concurrency,
+                            workers,
+                        )
+                    )
+                calls = int(two[0]["model_calls_per_task"])
+                floor = bare_concurrent(env, options.concurrent, options.latency, calls)
+                floor["tasks"] = options.concurrent
         finally:
             redis_server.stop()
-    print(report(one, two))
+    print(report(one, two, floor))
     if options.json:
-        print(json.dumps({"overhead": one, "concurrent": two}, indent=2))
+        print(
+            json.dumps({"overhead": one, "concurrent": two, "floor": floor}, indent=2)
+        )
     return 0
 
 

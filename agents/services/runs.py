@@ -290,7 +290,10 @@ def task_claim(*, task_id: Any, owner: str) -> int | None:
         | (Q(status=TaskStatus.WAITING_APPROVAL) & ~Exists(waiting))
     )
     with _sqlite_writes if connection.vendor == "sqlite" else nullcontext():
-        claimed = _claim_update(claimable, task_id, owner, now)
+        # Most claims are of a fresh task: try that simple, cheap UPDATE first.
+        claimed = _claim_update(Q(status=TaskStatus.QUEUED), task_id, owner, now)
+        if claimed != 1:
+            claimed = _claim_update(claimable, task_id, owner, now)
     if claimed != 1:
         return None
     row = Task.objects.filter(pk=task_id).values("lease_epoch", "lease_owner").first()
@@ -303,8 +306,7 @@ def task_claim(*, task_id: Any, owner: str) -> int | None:
 def _claim_update(claimable: Q, task_id: Any, owner: str, now: Any) -> int:
     return (
         # Imported traces (origin set) are records, never runs.
-        Task.objects.filter(claimable, pk=task_id, origin__isnull=True)
-        .update(
+        Task.objects.filter(claimable, pk=task_id, origin__isnull=True).update(
             status=TaskStatus.RUNNING,
             lease_owner=owner,
             lease_epoch=F("lease_epoch") + 1,
@@ -367,6 +369,22 @@ _heartbeat = _Heartbeat()
 # -- the journal -------------------------------------------------------------------
 
 
+#: The task's columns a snapshot (and _history) reads.
+_SNAPSHOT_FIELDS = (
+    "id",
+    "conversation_id",
+    "goal",
+    "model",
+    "agent_snapshot",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "tainted_by",
+    "active_seconds",
+    "created_at",
+)
+
+
 class DjangoJournal:
     """The engine's Journal over the database, fenced by one lease."""
 
@@ -386,9 +404,7 @@ class DjangoJournal:
     # reading
 
     def snapshot(self) -> RunSnapshot:
-        task = Task.objects.select_related("agent", "conversation").get(
-            pk=self._task_pk
-        )
+        task = Task.objects.only(*_SNAPSHOT_FIELDS).get(pk=self._task_pk)
         rows = list(task.steps.order_by("seq"))
         self._step_pks.update((row.seq, row.pk) for row in rows)
         steps = [row.record() for row in rows]
@@ -500,9 +516,9 @@ class DjangoJournal:
             with connection.cursor() as cursor:
                 sql, params = _step_update_sql(row)
                 cursor.execute(sql, params)
-            if (
-                step.detail.get("untrusted")
-                and step.status in (StepStatus.SUCCEEDED, StepStatus.CACHED)
+            if step.detail.get("untrusted") and step.status in (
+                StepStatus.SUCCEEDED,
+                StepStatus.CACHED,
             ):
                 task = Task.objects.only("tainted_by").get(pk=self._task_pk)
                 label = f"{step.tool}#{step.seq}"
