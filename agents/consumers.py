@@ -20,8 +20,12 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
         return False
     host = (urlparse(origin).hostname or "").lower()
     allowed = [h.lower() for h in settings.ALLOWED_HOSTS]
-    return "*" in allowed or host in allowed or any(
-        h.startswith(".") and (host.endswith(h) or host == h[1:]) for h in allowed
+    return (
+        "*" in allowed
+        or host in allowed
+        or any(
+            h.startswith(".") and (host.endswith(h) or host == h[1:]) for h in allowed
+        )
     )
 
 
@@ -88,6 +92,21 @@ class TaskConsumer(ReachConsumer):
         for event in await database_sync_to_async(_steps_after)(self.task_id, after):
             await self.send_json(event)
 
+    async def reach_steps(self, message: dict[str, Any]) -> None:
+        """Steps changed: send their committed state, rendered here."""
+        from agents.services.notify import load_step_events
+
+        for event in await database_sync_to_async(load_step_events)(message["ids"]):
+            if event["task"] == self.task_id:
+                await self.send_json(event)
+
+    async def reach_task(self, message: dict[str, Any]) -> None:
+        from agents.services.notify import load_task_event
+
+        event = await database_sync_to_async(load_task_event)(self.task_id)
+        if event is not None:
+            await self.send_json(event)
+
 
 def _can_watch(user: Any, task_id: str) -> bool:
     from agents.models import Task
@@ -102,10 +121,8 @@ def _steps_after(task_id: str, after: int) -> list[dict[str, Any]]:
     from agents.models import Task
     from agents.services.notify import step_event, task_event
 
-    events = [
-        step_event(step)
-        for step in Task.objects.get(pk=task_id).steps.filter(rev__gt=after).order_by("rev")
-    ]
+    steps = Task.objects.get(pk=task_id).steps.filter(rev__gt=after).order_by("rev")
+    events = [step_event(step) for step in steps]
     task = Task.objects.select_related("agent", "owner").get(pk=task_id)
     events.append(task_event(task))
     return events

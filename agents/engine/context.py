@@ -94,9 +94,16 @@ def build_messages(
 
 
 def _assistant(response: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": "assistant", "content": response.get("content")}
+    out: dict[str, Any] = {"role": "assistant"}
+    content = response.get("content")
     if response.get("tool_calls"):
         out["tool_calls"] = response["tool_calls"]
+        # A null content beside tool calls is valid for OpenAI but rejected by
+        # some compatible servers (llama-cpp-python's); leaving it out suits both.
+        if content is not None:
+            out["content"] = content
+    else:
+        out["content"] = content or ""
     return out
 
 

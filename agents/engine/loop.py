@@ -638,7 +638,10 @@ class Engine:
                 running = self._start(journal, steps, batch[0])
                 self._record(journal, steps, self._run_one(running))
                 continue
-            started = [self._start(journal, steps, s) for s in batch]
+            # A read is safe to run again, so its start is not persisted on its
+            # own: its running state was recorded at planning, and its start
+            # time is written with its result.
+            started = [self._begin(steps, s) for s in batch]
             if len(started) > 1 and self.limits.parallel_tool_calls > 1:
                 workers = min(self.limits.parallel_tool_calls, len(started))
                 with ThreadPoolExecutor(workers, thread_name_prefix="call") as pool:
@@ -649,9 +652,16 @@ class Engine:
                 for step in started:
                     self._record(journal, steps, self._run_one(step))
 
+    @staticmethod
+    def _begin(steps: list[StepRecord], step: StepRecord) -> StepRecord:
+        running = step.copy(status=StepStatus.RUNNING, started_at=utcnow())
+        _replace(steps, running)
+        return running
+
     def _start(
         self, journal: Journal, steps: list[StepRecord], step: StepRecord
     ) -> StepRecord:
+        """Persist a write's start first: after a crash its outcome is unknown."""
         running = journal.update(
             step.copy(status=StepStatus.RUNNING, started_at=utcnow())
         )

@@ -106,31 +106,29 @@ def steps_changed_on_commit(
     rows: Sequence[Any] | None = None,
     task_row: Any = None,
 ) -> None:
-    """After commit, push the committed state of these steps (and the task).
+    """After commit, tell the task's watchers which steps (and the task) changed.
 
-    ``rows`` (the Step rows exactly as written) and ``task_row`` (the Task as
-    written, its agent and owner loaded) spare reading them back; each must be an
-    object nobody changes after the commit.
+    The message carries ids only: each websocket consumer loads the committed
+    state and renders it (payload and the shared step partial), so a run pays
+    nothing for events nobody watches. ``rows`` may stand in for ``step_ids``;
+    ``task_row`` is accepted for callers that have it and is not needed.
     """
+    ids = [row.pk for row in rows] if rows is not None else list(step_ids)
+    group = task_group(task_id)
 
     def send() -> None:
-        from agents.models import Step
+        if ids:
+            push(group, {"type": "reach.steps", "ids": ids})
+        if task:
+            push(group, {"type": "reach.task"})
 
-        try:
-            if rows is not None:
-                steps = sorted(rows, key=lambda row: row.seq)
-            else:
-                steps = list(Step.objects.filter(pk__in=list(step_ids)).order_by("seq"))
-            for step in steps:
-                _send(task_group(task_id), step_event(step))
-            if task and task_row is not None:
-                _send(task_group(task_id), task_event(task_row))
-            elif task:
-                _push_task(task_id)
-        except Exception:  # noqa: BLE001 - clients resume from the database
-            log.warning("step push for task %s failed", task_id, exc_info=True)
+    transaction.on_commit(send)
 
-    _after_commit(send)
+
+def task_changed_on_commit(task_id: Any) -> None:
+    """After commit, tell the task's watchers that the task changed."""
+    group = task_group(task_id)
+    transaction.on_commit(lambda: push(group, {"type": "reach.task"}))
 
 
 #: The columns task_payload reads (agents/payloads.py).
@@ -160,28 +158,25 @@ TASK_EVENT_FIELDS = (
 )
 
 
-def _push_task(task_id: Any) -> None:
+def load_step_events(ids: Sequence[int]) -> list[dict[str, Any]]:
+    """Step events for these step ids, in seq order (the consumer's side)."""
+    from agents.models import Step
+
+    steps = Step.objects.filter(pk__in=list(ids)).order_by("seq")
+    return [step_event(step) for step in steps]
+
+
+def load_task_event(task_id: Any) -> dict[str, Any] | None:
+    """The task event for ``task_id`` (the consumer's side)."""
     from agents.models import Task
 
-    # Only what the payload shows: this runs after every committed step.
     task = (
         Task.objects.select_related("agent", "owner")
         .only(*TASK_EVENT_FIELDS)
         .filter(pk=task_id)
         .first()
     )
-    if task is not None:
-        _send(task_group(task_id), task_event(task))
-
-
-def task_changed_on_commit(task_id: Any) -> None:
-    def send() -> None:
-        try:
-            _push_task(task_id)
-        except Exception:  # noqa: BLE001
-            log.warning("task push for %s failed", task_id, exc_info=True)
-
-    _after_commit(send)
+    return task_event(task) if task is not None else None
 
 
 def approval_changed_on_commit(approval_id: Any) -> None:

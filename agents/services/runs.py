@@ -456,44 +456,41 @@ class DjangoJournal:
         return task
 
     def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
+        """One fenced UPDATE of the task's counters, one INSERT of the steps."""
         from approvals.services import approval_create
 
+        usage = [0, 0, 0]
+        for record in steps:
+            if record.kind is StepKind.MODEL_CALL and record.usage:
+                usage[0] += record.usage.get("prompt_tokens", 0)
+                usage[1] += record.usage.get("completion_tokens", 0)
+                usage[2] += record.usage.get("total_tokens", 0)
         with _write_transaction():
-            task = self._locked_task()
+            last = self._fenced_bump(len(steps), usage=usage, steps=len(steps))
+            first = last - len(steps) + 1
             rows = []
-            for record in steps:
-                task.rev += 1
-                row = Step(task=task, seq=record.seq, rev=task.rev)
+            for offset, record in enumerate(steps):
+                row = Step(task_id=self._task_pk, seq=record.seq, rev=first + offset)
                 row.apply(_stored(record))
                 rows.append(row)
-                if record.kind is StepKind.MODEL_CALL and record.usage:
-                    task.prompt_tokens += record.usage.get("prompt_tokens", 0)
-                    task.completion_tokens += record.usage.get("completion_tokens", 0)
-                    task.total_tokens += record.usage.get("total_tokens", 0)
             Step.objects.bulk_create(rows)
             if any(row.pk is None for row in rows):
                 # A backend that cannot return ids from a bulk insert.
                 rows = list(
-                    Step.objects.filter(task=task, seq__in=[r.seq for r in rows])
+                    Step.objects.filter(
+                        task_id=self._task_pk, seq__in=[r.seq for r in rows]
+                    )
                 )
             self._step_pks.update((row.seq, row.pk) for row in rows)
-            task.step_count += len(rows)
-            task.updated_at = timezone.now()
-            task.save(
-                update_fields=[
-                    "rev",
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "total_tokens",
-                    "step_count",
-                    "updated_at",
-                ]
-            )
-            for row in rows:
-                if row.status == StepStatus.WAITING_APPROVAL:
+            waiting = [r for r in rows if r.status == StepStatus.WAITING_APPROVAL]
+            if waiting:
+                task = Task.objects.select_related("agent", "owner").get(
+                    pk=self._task_pk
+                )
+                for row in waiting:
                     approval_create(task=task, step=row)
             notify.steps_changed_on_commit(
-                task.pk, [r.pk for r in rows], task=True, rows=rows, task_row=task
+                self._task_pk, [r.pk for r in rows], task=True
             )
         return [row.record() for row in sorted(rows, key=lambda r: r.seq)]
 
@@ -528,8 +525,11 @@ class DjangoJournal:
             notify.steps_changed_on_commit(self._task_pk, [row.pk], rows=[row])
         return row.record()
 
-    def _fenced_bump(self) -> int:
-        """Bump the task's rev if this worker still holds the lease; the new rev.
+    def _fenced_bump(
+        self, count: int = 1, *, usage: Sequence[int] = (0, 0, 0), steps: int = 0
+    ) -> int:
+        """Bump the task's rev by ``count`` (and its token and step counters) if
+        this worker still holds the lease; return the new rev.
 
         The UPDATE is the fence: it matches only under the same owner and epoch,
         and it locks the row (PostgreSQL) inside the transaction that SQLite's
@@ -541,7 +541,17 @@ class DjangoJournal:
         )
         with connection.cursor() as cursor:
             cursor.execute(
-                _bump_sql(), [now, pk, self.owner, self.epoch, TaskStatus.RUNNING.value]
+                _bump_sql(),
+                [
+                    count,
+                    *usage,
+                    steps,
+                    now,
+                    pk,
+                    self.owner,
+                    self.epoch,
+                    TaskStatus.RUNNING.value,
+                ],
             )
             if cursor.rowcount != 1:
                 raise LeaseLost(self.task_id)
@@ -655,8 +665,18 @@ def _control_sql() -> str:
 
 @functools.cache
 def _bump_sql() -> str:
+    counters = ", ".join(
+        f"{_q(name)} = {_q(name)} + %s"
+        for name in (
+            "rev",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "step_count",
+        )
+    )
     return (
-        f"UPDATE {_q(Task._meta.db_table)} SET {_q('rev')} = {_q('rev')} + 1, "  # noqa: S608
+        f"UPDATE {_q(Task._meta.db_table)} SET {counters}, "  # noqa: S608
         f"{_q('updated_at')} = %s WHERE {_q('id')} = %s AND {_q('lease_owner')} = %s "
         f"AND {_q('lease_epoch')} = %s AND {_q('status')} = %s"
     )

@@ -1,9 +1,7 @@
-"""The per-step hot path: few queries, and pushes off the run's thread."""
+"""The per-step hot path: few queries, and pushes that carry ids only."""
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
 
 import pytest
@@ -25,13 +23,6 @@ def claimed(alice: Any, demo: Any) -> runs.DjangoJournal:
     epoch = runs.task_claim(task_id=task.pk, owner="w1")
     assert epoch is not None
     return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner="w1", epoch=epoch)
-
-
-def drain() -> None:
-    """Wait until the notifier has sent everything queued so far."""
-    drained = threading.Event()
-    notify._dispatcher.submit(drained.set)
-    assert drained.wait(10)
 
 
 def tool_step(seq: int, status: StepStatus) -> StepRecord:
@@ -69,49 +60,55 @@ def test_appending_steps_neither_counts_nor_reads_them_back(alice, demo):
         )
 
     sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
-    assert sql == ["BEGIN", "SELECT", "INSERT", "UPDATE", "COMMIT"]
-    assert Task.objects.get(pk=journal.task_id).step_count == 2
+    # The fenced bump of the task's counters, the rev read back, one insert.
+    assert sql == ["BEGIN", "UPDATE", "SELECT", "INSERT", "COMMIT"]
+    task = Task.objects.get(pk=journal.task_id)
+    assert task.step_count == 2
+    assert [s.rev for s in task.steps.order_by("seq")] == [task.rev - 1, task.rev]
 
 
 def test_the_task_event_reads_only_its_columns_and_matches_the_full_payload(
     alice, demo
 ):
     journal = claimed(alice, demo)
-    drain()
     full = task_payload(
         Task.objects.select_related("agent", "owner").get(pk=journal.task_id)
     )
-    sent: list[dict[str, Any]] = []
-    original = notify._send
-    notify._send = lambda group, event: sent.append(event)  # type: ignore[assignment]
-    try:
-        with CaptureQueriesContext(connection) as queries:
-            notify._push_task(journal.task_id)
-    finally:
-        notify._send = original  # type: ignore[assignment]
+    from agents.services.runtime import redactor
+
+    redactor().text("x")  # let its periodic secret refresh happen outside
+    with CaptureQueriesContext(connection) as queries:
+        event = notify.load_task_event(journal.task_id)
     assert len(queries.captured_queries) == 1
-    assert sent[0]["task"] == full
+    assert event is not None and event["task"] == full
 
 
-def test_pushes_happen_after_commit_on_the_notifier_thread_in_order(alice, demo):
+def test_a_run_pushes_only_ids_after_commit_in_order(alice, demo, monkeypatch):
     journal = claimed(alice, demo)
-    drain()  # the claim's own push goes first
-    sent: list[tuple[str, str]] = []
-    original = notify._send
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        notify, "push", lambda group, message: sent.append((group, message))
+    )
+    with CaptureQueriesContext(connection):
+        [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
+    # Ids only, no payload or rendering on the run's side; the step, then its task.
+    assert sent == [
+        (f"task_{journal.task_id}", {"type": "reach.steps", "ids": [stored.pk]}),
+        (f"task_{journal.task_id}", {"type": "reach.task"}),
+    ]
 
-    def record(group: str, event: dict[str, Any]) -> None:
-        sent.append((threading.current_thread().name, event["type"]))
 
-    notify._send = record  # type: ignore[assignment]
-    try:
+def test_nothing_is_pushed_for_a_write_that_rolls_back(alice, demo, monkeypatch):
+    from django.db import transaction
+
+    journal = claimed(alice, demo)
+    sent: list[Any] = []
+    monkeypatch.setattr(notify, "push", lambda group, message: sent.append(message))
+    with pytest.raises(RuntimeError), transaction.atomic():
         journal.append([tool_step(2, StepStatus.RUNNING)])
-        deadline = time.monotonic() + 10
-        while len(sent) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        notify._send = original  # type: ignore[assignment]
-    # Not on the run's thread, and in commit order: the step, then its task.
-    assert sent == [("reach-notify", "step"), ("reach-notify", "task")]
+        raise RuntimeError("roll back")
+    assert sent == []
 
 
 def test_a_step_update_by_a_worker_that_lost_its_lease_writes_nothing(alice, demo):
