@@ -387,7 +387,15 @@ class HttpTryItMixin:
 @admin.register(Tool)
 class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
     form = ToolForm
-    list_display = ("name", "kind", "risk", "approval", "enabled", "version", "tag_list")
+    list_display = (
+        "name",
+        "kind",
+        "risk",
+        "approval",
+        "enabled",
+        "version",
+        "tag_list",
+    )
     list_filter = ("kind", "risk", "approval", "enabled", "untrusted_output")
     search_fields = ("name", "description")
     readonly_fields = ("version", "created_at", "updated_at")
@@ -435,7 +443,9 @@ class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
     def tag_list(self, obj: Tool) -> str:
         return ", ".join(obj.tags or [])
 
-    def save_model(self, request: HttpRequest, obj: Tool, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: Tool, form: Any, change: bool
+    ) -> None:
         tool_save(tool=obj, user=request.user)
 
 
@@ -444,7 +454,9 @@ class AgentAdmin(admin.ModelAdmin):
     list_display = ("name", "model", "is_default", "max_steps", "token_budget")
     filter_horizontal = ("tools",)
 
-    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: Agent, form: Any, change: bool
+    ) -> None:
         super().save_model(request, obj, form, change)
         from traces.services import audit_append
 
@@ -500,14 +512,23 @@ class OutboxAdmin(ReadOnlyAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ("prefix", "name", "user", "created_at", "last_used_at", "revoked_at")
+    list_display = (
+        "prefix",
+        "name",
+        "user",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
 
 
 class SecretForm(forms.ModelForm):
     value = forms.CharField(
         widget=forms.PasswordInput(render_value=False),
         required=False,
-        help_text="Write-only: never shown again. Leave blank to keep the current value.",
+        help_text=(
+            "Write-only: never shown again. Leave blank to keep the current value."
+        ),
     )
 
     class Meta:
@@ -526,7 +547,9 @@ class SecretAdmin(admin.ModelAdmin):
     form = SecretForm
     list_display = ("name", "updated_at")
 
-    def save_model(self, request: HttpRequest, obj: Secret, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: Secret, form: Any, change: bool
+    ) -> None:
         from agents.services.secrets import secret_set
 
         value = form.cleaned_data.get("value")

@@ -139,7 +139,9 @@ def seed_demo() -> list[str]:
     approvers, _ = Group.objects.get_or_create(name="approvers")
     auditors, _ = Group.objects.get_or_create(name="auditors")
     approvers.permissions.add(
-        Permission.objects.get(codename="decide_approval", content_type__app_label="approvals")
+        Permission.objects.get(
+            codename="decide_approval", content_type__app_label="approvals"
+        )
     )
     auditors.permissions.add(
         Permission.objects.get(codename="audit_task", content_type__app_label="agents")
@@ -156,7 +158,10 @@ def seed_demo() -> list[str]:
         if users.filter(username=username).exists():
             continue
         user = users.create_user(
-            username=username, password=password, email=f"{username}@example.com", **flags
+            username=username,
+            password=password,
+            email=f"{username}@example.com",
+            **flags,
         )
         user.groups.add(*groups)
         created.append(f"user {username}")

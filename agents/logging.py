@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import json
 import logging
 from typing import Any
-
-import contextvars
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
@@ -39,7 +38,9 @@ class RedactingFilter(logging.Filter):
         record.msg = r.text(message)
         record.args = None
         if record.exc_info and record.exc_info[1] is not None:
-            record.exc_text = r.text(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = r.text(
+                logging.Formatter().formatException(record.exc_info)
+            )
             record.exc_info = None
         return True
 

@@ -187,8 +187,13 @@ class ToolVersion(models.Model):
     class Meta:
         ordering = ["-version"]
         constraints = [
-            models.UniqueConstraint(fields=["tool", "version"], name="uniq_tool_version")
+            models.UniqueConstraint(
+                fields=["tool", "version"], name="uniq_tool_version"
+            )
         ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} v{self.version}"
 
 
 class MCPServer(models.Model):
@@ -245,11 +250,16 @@ class Message(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
 
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:60]}"
+
 
 class Task(models.Model):
     """One run of the agent loop toward one user goal."""
 
-    Status = models.TextChoices("Status", [(s.name, s.value) for s in engine.TaskStatus])
+    Status = models.TextChoices(
+        "Status", [(s.name, s.value) for s in engine.TaskStatus]
+    )
     StopReason = models.TextChoices(
         "StopReason", [(s.name, s.value) for s in engine.StopReason]
     )
@@ -373,6 +383,9 @@ class Step(models.Model):
         ]
         indexes = [models.Index(fields=["task", "rev"])]
 
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.tool or self.kind} ({self.status})"
+
     @property
     def duration_ms(self) -> float | None:
         if self.started_at is None or self.finished_at is None:
@@ -490,6 +503,9 @@ class ToolExecution(models.Model):
     result = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
+    def __str__(self) -> str:
+        return f"{self.tool} {self.idempotency_key} ({self.status})"
+
 
 class Outbox(models.Model):
     """Mail waiting to be sent; written in the ledger's transaction."""
@@ -513,6 +529,9 @@ class Outbox(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     sent_at = models.DateTimeField(null=True, blank=True)
 
+    def __str__(self) -> str:
+        return f"{self.subject} → {self.to} ({self.status})"
+
 
 class ApiToken(models.Model):
     """A bearer token for the API; only its hash is stored."""
@@ -527,12 +546,12 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
     @staticmethod
     def hash_key(key: str) -> str:
         return hashlib.sha256(key.encode()).hexdigest()
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.name or 'unnamed'})"
 
 
 class Secret(models.Model):

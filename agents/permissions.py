@@ -16,7 +16,10 @@ def can_audit(user: Any) -> bool:
 
 
 def can_register_tools(user: Any) -> bool:
-    return bool(user.is_authenticated and (user.is_superuser or user.has_perm("agents.add_tool")))
+    return bool(
+        user.is_authenticated
+        and (user.is_superuser or user.has_perm("agents.add_tool"))
+    )
 
 
 def visible_tasks(user: Any) -> QuerySet[Task]:

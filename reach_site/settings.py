@@ -138,7 +138,7 @@ if _default_db["ENGINE"] == "django.db.backends.sqlite3":
     _default_db["TEST"] = {
         "NAME": env_str("REACH_TEST_SQLITE") or str(VAR_DIR / "test_reach.sqlite3")
     }
-    EMBEDDED_DATABASE = DATABASE_URL == f"sqlite:///{SQLITE_PATH}"
+    EMBEDDED_DATABASE = f"sqlite:///{SQLITE_PATH}" == DATABASE_URL
 else:
     if env_bool("REACH_DB_POOL", True):
         # Celery closes connections around every task; a pool keeps them cheap.

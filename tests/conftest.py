@@ -52,6 +52,20 @@ def _reset_redis_users() -> None:
     channel_layers.backends.clear()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def close_database_pools(
+    django_db_setup: Any, django_db_blocker: Any
+) -> Iterator[None]:
+    """Close pooled connections (PostgreSQL) before the test database is dropped."""
+    yield
+    from django.db import connections
+
+    for conn in connections.all():
+        close_pool = getattr(conn, "close_pool", None)
+        if close_pool is not None:
+            close_pool()
+
+
 @pytest.fixture
 def flush_redis(bundled_redis: BundledRedis) -> Iterator[None]:
     from agents.services.runtime import redis_client
@@ -129,5 +143,3 @@ def use_model(settings: Any) -> Any:
         return server
 
     return point
-
-

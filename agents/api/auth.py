@@ -48,7 +48,10 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         if token is None or not token.user.is_active:
             raise exceptions.AuthenticationFailed("Invalid or revoked token.")
         now = timezone.now()
-        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+        if (
+            token.last_used_at is None
+            or (now - token.last_used_at).total_seconds() > 60
+        ):
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token
 

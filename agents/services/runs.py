@@ -8,6 +8,7 @@ worker whose lease was taken over stops instead of writing beside the new owner.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -800,14 +801,12 @@ def task_advance(*, task_id: Any) -> str:
         return "lease-lost"
     except Exception as exc:  # noqa: BLE001 - record, never leave it running
         log.exception("task %s failed with an internal error", task_id)
-        try:
+        with contextlib.suppress(LeaseLost):
             journal.finish(
                 StopReason.INTERNAL_ERROR,
                 answer=None,
                 message=f"Internal error: {exc.__class__.__name__}: {exc}"[:1000],
             )
-        except LeaseLost:
-            pass
         return "internal-error"
     finally:
         _heartbeat.remove(str(task.pk))
@@ -843,14 +842,18 @@ def tasks_reap() -> list[str]:
     waiting = Step.objects.filter(
         task=OuterRef("pk"), status=StepStatus.WAITING_APPROVAL
     )
-    stale = Task.objects.filter(origin__isnull=True).filter(
-        Q(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
-        | Q(status=TaskStatus.QUEUED, updated_at__lt=grace)
-        | (
-            Q(status=TaskStatus.WAITING_APPROVAL, updated_at__lt=grace)
-            & ~Exists(waiting)
+    stale = (
+        Task.objects.filter(origin__isnull=True)
+        .filter(
+            Q(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
+            | Q(status=TaskStatus.QUEUED, updated_at__lt=grace)
+            | (
+                Q(status=TaskStatus.WAITING_APPROVAL, updated_at__lt=grace)
+                & ~Exists(waiting)
+            )
         )
-    ).values_list("pk", flat=True)[:500]
+        .values_list("pk", flat=True)[:500]
+    )
     ids = [str(pk) for pk in stale]
     from agents.tasks import advance
 
@@ -860,9 +863,7 @@ def tasks_reap() -> list[str]:
         except Exception:  # noqa: BLE001
             log.warning("re-queue of %s failed", task_id)
     if ids:
-        Task.objects.filter(pk__in=ids, status=TaskStatus.QUEUED).update(
-            updated_at=now
-        )
+        Task.objects.filter(pk__in=ids, status=TaskStatus.QUEUED).update(updated_at=now)
     return ids
 
 

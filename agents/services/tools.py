@@ -103,7 +103,9 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
     for pointer in tool.result_fields or []:
         if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
             add("result_fields", f"Not a JSON pointer: {pointer!r} (use /field).")
-    if not isinstance(tool.tags, list) or not all(isinstance(t, str) for t in tool.tags):
+    if not isinstance(tool.tags, list) or not all(
+        isinstance(t, str) for t in tool.tags
+    ):
         add("tags", "Tags are a list of strings.")
     if tool.kind == Tool.Kind.MCP and tool.mcp_server_id is None:
         add("mcp_server", "An MCP tool names the MCP server that serves it.")
@@ -239,8 +241,10 @@ def agent_snapshot(agent: Agent) -> dict[str, Any]:
         "model": agent.effective_model,
         "instructions": agent.instructions,
         "limits": agent.limits().__dict__,
-        "tools": [tool_definition(t) | {"leaves_house": spec_for(t).leaves_house}
-                  for t in tools],
+        "tools": [
+            tool_definition(t) | {"leaves_house": spec_for(t).leaves_house}
+            for t in tools
+        ],
     }
 
 
@@ -341,7 +345,10 @@ def tool_from_definition(data: Mapping[str, Any]) -> Tool:
     kind = data.get("kind")
     if kind is not None and kind not in Tool.Kind.values:
         errors.setdefault("kind", []).append("kind is python, http or mcp.")
-    for field_name, choices in (("risk", Tool.Risk.values), ("approval", Tool.Approval.values)):
+    for field_name, choices in (
+        ("risk", Tool.Risk.values),
+        ("approval", Tool.Approval.values),
+    ):
         if field_name in data and data[field_name] not in choices:
             errors.setdefault(field_name, []).append(
                 "One of: " + ", ".join(choices) + "."

@@ -35,7 +35,9 @@ def keyword_words(keyword: str) -> list[str]:
 
 
 @register("search_notes")
-def search_notes(arguments: dict[str, Any], context: CallContext) -> list[dict[str, str]]:
+def search_notes(
+    arguments: dict[str, Any], context: CallContext
+) -> list[dict[str, str]]:
     from agents.models import Note
 
     words = keyword_words(str(arguments["keyword"]))
@@ -50,8 +52,8 @@ def search_notes(arguments: dict[str, Any], context: CallContext) -> list[dict[s
 
 @register("create_ticket")
 def create_ticket(arguments: dict[str, Any], context: CallContext) -> dict[str, Any]:
-    from agents.services.effects import effect_once
     from agents.models import Ticket
+    from agents.services.effects import effect_once
 
     def effect() -> dict[str, Any]:
         ticket = Ticket.objects.create(

@@ -37,7 +37,12 @@ def test_agents_list_names_the_demo_agent_and_its_tools(alice, api_client_for):
     assert response.status_code == 200
     [agent] = response.json()
     assert agent["name"] == "assistant"
-    assert set(agent["tools"]) == {"calculate", "search_notes", "create_ticket", "send_email"}
+    assert set(agent["tools"]) == {
+        "calculate",
+        "search_notes",
+        "create_ticket",
+        "send_email",
+    }
 
 
 def test_create_conversation_and_post_a_message_returns_202_with_the_task(
@@ -88,7 +93,9 @@ def test_an_empty_or_oversized_message_is_a_400(alice, api_client_for, settings)
     assert "10" in response.json()["content"][0]
 
 
-def test_alice_gets_404_for_bobs_conversations_and_tasks(alice, bob, demo, api_client_for):
+def test_alice_gets_404_for_bobs_conversations_and_tasks(
+    alice, bob, demo, api_client_for
+):
     conversation = runs.conversation_create(owner=bob, agent=demo.agent)
     task = runs.task_start(conversation=conversation, content="bob's secret plan")
     client = api_client_for(alice)
@@ -101,12 +108,16 @@ def test_alice_gets_404_for_bobs_conversations_and_tasks(alice, bob, demo, api_c
         assert client.get(path).status_code == 404, path
     assert (
         client.post(
-            f"/api/conversations/{conversation.pk}/messages/", {"content": "hi"}, format="json"
+            f"/api/conversations/{conversation.pk}/messages/",
+            {"content": "hi"},
+            format="json",
         ).status_code
         == 404
     )
     assert client.post(f"/api/tasks/{task.pk}/cancel/").status_code == 404
-    assert conversation.pk not in [c["id"] for c in client.get("/api/conversations/").json()]
+    assert conversation.pk not in [
+        c["id"] for c in client.get("/api/conversations/").json()
+    ]
 
 
 def test_the_operator_reads_every_task_but_may_not_cancel_it(
@@ -124,11 +135,25 @@ def test_task_shape_has_every_key_of_the_api(alice, demo, api_client_for):
     task = runs.task_start(conversation=conversation, content="hello")
     body = api_client_for(alice).get(f"/api/tasks/{task.pk}/").json()
     for key in [
-        "id", "conversation", "agent", "model", "status", "stop_reason", "final_answer",
-        "usage", "steps", "parent", "created_at", "finished_at",
+        "id",
+        "conversation",
+        "agent",
+        "model",
+        "status",
+        "stop_reason",
+        "final_answer",
+        "usage",
+        "steps",
+        "parent",
+        "created_at",
+        "finished_at",
     ]:
         assert key in body
-    assert body["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    assert body["usage"] == {
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "total_tokens": 0,
+    }
     assert body["parent"] is None
 
 
@@ -145,7 +170,9 @@ def test_cancel_a_queued_task_finishes_it_and_a_second_cancel_is_409(
     assert client.post(f"/api/tasks/{task.pk}/cancel/").status_code == 409
 
 
-def test_lists_are_bare_arrays_limited_with_a_link_to_the_next_page(alice, demo, api_client_for):
+def test_lists_are_bare_arrays_limited_with_a_link_to_the_next_page(
+    alice, demo, api_client_for
+):
     for _ in range(3):
         runs.conversation_create(owner=alice, agent=demo.agent)
     client = api_client_for(alice)
@@ -175,7 +202,10 @@ def test_only_admins_register_tools(alice, admin_user, api_client_for):
         "kind": "python",
         "handler": "calculate",
     }
-    assert api_client_for(alice).post("/api/tools/", definition, format="json").status_code == 403
+    assert (
+        api_client_for(alice).post("/api/tools/", definition, format="json").status_code
+        == 403
+    )
     admin = api_client_for(admin_user)
     created = admin.post("/api/tools/", definition, format="json")
     assert created.status_code == 201, created.json()
@@ -183,7 +213,8 @@ def test_only_admins_register_tools(alice, admin_user, api_client_for):
     same = admin.post("/api/tools/", definition, format="json")
     assert same.status_code == 200 and same.json()["version"] == 1
     changed = admin.post(
-        "/api/tools/", {**definition, "description": definition["description"] + " Fast."},
+        "/api/tools/",
+        {**definition, "description": definition["description"] + " Fast."},
         format="json",
     )
     assert changed.status_code == 201 and changed.json()["version"] == 2
@@ -192,7 +223,9 @@ def test_only_admins_register_tools(alice, admin_user, api_client_for):
     assert versions[0]["changed_by"] == "admin"
 
 
-def test_a_tool_with_a_bad_schema_is_rejected_with_the_reason(admin_user, api_client_for):
+def test_a_tool_with_a_bad_schema_is_rejected_with_the_reason(
+    admin_user, api_client_for
+):
     response = api_client_for(admin_user).post(
         "/api/tools/",
         {
@@ -212,7 +245,10 @@ def test_notes_can_be_added_by_admins_and_auditors_only(
     alice, operator, api_client_for
 ):
     note = {"title": "新方案", "content": "预算表达式为 1 + 1。"}
-    assert api_client_for(alice).post("/api/notes/", note, format="json").status_code == 403
+    assert (
+        api_client_for(alice).post("/api/notes/", note, format="json").status_code
+        == 403
+    )
     created = api_client_for(operator).post("/api/notes/", note, format="json")
     assert created.status_code == 201
     assert created.json()["title"] == "新方案"

@@ -49,7 +49,9 @@ def task_with_steps(user, agent, count=3):
     return task
 
 
-async def test_the_owner_connects_and_resume_sends_every_step_after_the_rev(alice, demo):
+async def test_the_owner_connects_and_resume_sends_every_step_after_the_rev(
+    alice, demo
+):
     task = await task_with_steps(alice, demo.agent)
     comm = communicator(alice, str(task.pk))
     connected, _ = await comm.connect()
@@ -101,7 +103,12 @@ async def test_live_steps_are_pushed_to_the_task_group(alice, demo):
     task = await task_with_steps(alice, demo.agent, count=0)
     comm = communicator(alice, str(task.pk))
     assert (await comm.connect())[0]
-    await sync_to_async(lambda: push(task_group(task.pk), {"type": "reach.event", "event": {"type": "step", "x": 1}}).result(5))()
+    await sync_to_async(
+        lambda: push(
+            task_group(task.pk),
+            {"type": "reach.event", "event": {"type": "step", "x": 1}},
+        ).result(5)
+    )()
     message = await comm.receive_json_from(timeout=5)
     assert message == {"type": "step", "x": 1}
     await comm.disconnect()

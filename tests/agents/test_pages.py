@@ -36,7 +36,9 @@ def test_login_lands_on_the_chat(demo):
     assert b"Ask the assistant agent" in page.content
 
 
-def test_a_reloaded_conversation_shows_every_step_and_the_answer(alice, demo, use_model):
+def test_a_reloaded_conversation_shows_every_step_and_the_answer(
+    alice, demo, use_model
+):
     with ScriptedModel(RedisScript()) as server:
         use_model(server)
         conversation = runs.conversation_create(owner=alice, agent=demo.agent)
@@ -98,7 +100,9 @@ def test_pages_send_a_strict_content_security_policy(alice):
 def test_model_output_is_escaped_in_the_page(alice, demo, use_model):
     from tests.support.scripted_model import Script, text
 
-    with ScriptedModel(Script([text("<script>alert(1)</script><img src=x onerror=1>")])) as s:
+    with ScriptedModel(
+        Script([text("<script>alert(1)</script><img src=x onerror=1>")])
+    ) as s:
         use_model(s)
         conversation = runs.conversation_create(owner=alice, agent=demo.agent)
         task = runs.task_start(conversation=conversation, content="<b>hi</b>")

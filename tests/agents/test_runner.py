@@ -10,7 +10,13 @@ from agents.engine.loop import LeaseLost
 from agents.models import Message, Step, Task, Ticket, Tool
 from agents.services import runs
 from agents.services.tools import tool_save
-from tests.support.scripted_model import RedisScript, Script, ScriptedModel, text, tool_call
+from tests.support.scripted_model import (
+    RedisScript,
+    Script,
+    ScriptedModel,
+    text,
+    tool_call,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,7 +78,10 @@ def test_the_redis_question_runs_search_then_calculate_then_answers(alice, demo,
     first_request = script.requests[0]
     assert first_request["tool_choice"] == "auto"
     assert {t["function"]["name"] for t in first_request["tools"]} == {
-        "calculate", "search_notes", "create_ticket", "send_email",
+        "calculate",
+        "search_notes",
+        "create_ticket",
+        "send_email",
     }
     tool_messages = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
     assert "缓存改造" in tool_messages[0]["content"]
@@ -80,7 +89,9 @@ def test_the_redis_question_runs_search_then_calculate_then_answers(alice, demo,
     assert reply.content == task.final_answer
 
 
-def test_a_follow_up_in_the_same_conversation_sees_the_earlier_turns(alice, demo, model):
+def test_a_follow_up_in_the_same_conversation_sees_the_earlier_turns(
+    alice, demo, model
+):
     script = RedisScript()
     model(script)
     first = ask(alice, demo.agent, QUESTION)
@@ -118,10 +129,12 @@ def test_an_edited_schema_is_used_by_the_next_run(alice, demo, model):
     }
     tool_save(tool=tool, user=demo.admin)
     ask(alice, demo.agent, "second")
-    calc = [t for t in script.requests[1]["tools"] if t["function"]["name"] == "calculate"]
-    assert calc[0]["function"]["parameters"]["properties"]["expression"]["description"] == (
-        "Arithmetic only, e.g. 2*3"
-    )
+    calc = [
+        t for t in script.requests[1]["tools"] if t["function"]["name"] == "calculate"
+    ]
+    assert calc[0]["function"]["parameters"]["properties"]["expression"][
+        "description"
+    ] == ("Arithmetic only, e.g. 2*3")
     task = Task.objects.filter(goal="second").get()
     calc_def = [t for t in task.agent_snapshot["tools"] if t["name"] == "calculate"][0]
     assert calc_def["version"] == 2
@@ -153,7 +166,9 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(alice, demo):
     from agents.engine.spec import StepKind, StepRecord, StepStatus
 
     with pytest.raises(LeaseLost):
-        journal.append([StepRecord(seq=1, kind=StepKind.NOTE, status=StepStatus.SUCCEEDED)])
+        journal.append(
+            [StepRecord(seq=1, kind=StepKind.NOTE, status=StepStatus.SUCCEEDED)]
+        )
     assert Step.objects.filter(task=task).count() == 0
 
 
@@ -170,7 +185,9 @@ def test_a_model_endpoint_that_stays_down_fails_the_task_with_model_error(
     assert "Cannot reach the model server" in reply.content
 
 
-def test_reading_untrusted_notes_makes_a_later_write_wait_for_approval(alice, demo, model):
+def test_reading_untrusted_notes_makes_a_later_write_wait_for_approval(
+    alice, demo, model
+):
     model(
         Script(
             [
@@ -192,7 +209,10 @@ def test_reading_untrusted_notes_makes_a_later_write_wait_for_approval(alice, de
 def test_create_ticket_runs_directly_in_an_untainted_task_once(alice, demo, model):
     model(
         Script(
-            [tool_call("create_ticket", {"title": "Cache", "body": "Do it"}), text("done")]
+            [
+                tool_call("create_ticket", {"title": "Cache", "body": "Do it"}),
+                text("done"),
+            ]
         )
     )
     task = ask(alice, demo.agent, "make a ticket")
@@ -217,10 +237,27 @@ def test_steps_api_returns_changes_after_a_rev(alice, demo, model, api_client_fo
     assert all(s["rev"] > revs[2] for s in later)
     step = everything[1]
     for key in [
-        "seq", "rev", "kind", "status", "tool", "call_id", "arguments", "raw_arguments",
-        "proposed_arguments", "result", "error", "attempts", "model", "request_id",
-        "response", "usage", "idempotency_key", "tainted_by", "started_at",
-        "finished_at", "duration_ms",
+        "seq",
+        "rev",
+        "kind",
+        "status",
+        "tool",
+        "call_id",
+        "arguments",
+        "raw_arguments",
+        "proposed_arguments",
+        "result",
+        "error",
+        "attempts",
+        "model",
+        "request_id",
+        "response",
+        "usage",
+        "idempotency_key",
+        "tainted_by",
+        "started_at",
+        "finished_at",
+        "duration_ms",
     ]:
         assert key in step
     assert json.loads(step["raw_arguments"]) == {"keyword": "Redis"}

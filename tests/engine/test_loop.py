@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -20,9 +21,9 @@ from agents.engine.spec import (
 
 from .fakes import (
     FakeModel,
-    call,
     calculate_handler,
     calculator_spec,
+    call,
     calls,
     journal,
     make_engine,
@@ -37,7 +38,9 @@ def tool_steps(j):
 
 
 def test_a_tool_call_is_executed_and_its_result_goes_back_as_a_tool_message():
-    model = FakeModel([call("calculate", {"expression": "128 * 6 + 320"}), text("1088")])
+    model = FakeModel(
+        [call("calculate", {"expression": "128 * 6 + 320"}), text("1088")]
+    )
     engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
     j = journal()
 
@@ -59,8 +62,13 @@ def test_a_tool_call_is_executed_and_its_result_goes_back_as_a_tool_message():
 
 def test_seqs_are_assigned_at_planning_in_call_order():
     model = FakeModel(
-        [calls(("calculate", {"expression": "1+1"}), ("calculate", {"expression": "2+2"})),
-         text("done")]
+        [
+            calls(
+                ("calculate", {"expression": "1+1"}),
+                ("calculate", {"expression": "2+2"}),
+            ),
+            text("done"),
+        ]
     )
     engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
     j = journal()
@@ -196,8 +204,11 @@ def test_a_call_needing_approval_parks_the_run_and_resumes_after_approval():
 
     from agents.engine.canonical import canonical_hash
 
-    j.decide(step.seq, StepStatus.APPROVED, detail={**step.detail,
-             "approved_hash": canonical_hash(step.arguments)})
+    j.decide(
+        step.seq,
+        StepStatus.APPROVED,
+        detail={**step.detail, "approved_hash": canonical_hash(step.arguments)},
+    )
     assert engine.advance(j) is Outcome.FINISHED
     assert calls_made == [({"x": "hi"}, "t1:1:0")]
     assert tool_steps(j)[0].status is StepStatus.SUCCEEDED
@@ -229,7 +240,9 @@ def test_rejection_reason_reaches_the_model():
     j = journal()
     engine.advance(j)
     step = tool_steps(j)[0]
-    j.decide(step.seq, StepStatus.REJECTED, detail={**step.detail, "reason": "not today"})
+    j.decide(
+        step.seq, StepStatus.REJECTED, detail={**step.detail, "reason": "not today"}
+    )
     engine.advance(j)
     last_tool_message = model.requests[1][-1]
     assert last_tool_message["role"] == "tool"
@@ -240,8 +253,12 @@ def test_secrets_are_redacted_from_arguments_before_they_are_persisted():
     from agents.engine.redaction import Redactor
 
     seen = []
-    model = FakeModel([call("echo", {"x": "key sk-abcdefghijklmnopqrstuv"}), text("ok")])
-    engine = make_engine(model, {"echo": (spec("echo"), lambda a, c: seen.append(a) or a)})
+    model = FakeModel(
+        [call("echo", {"x": "key sk-abcdefghijklmnopqrstuv"}), text("ok")]
+    )
+    engine = make_engine(
+        model, {"echo": (spec("echo"), lambda a, c: seen.append(a) or a)}
+    )
     engine.redactor = Redactor()
     j = journal()
     engine.advance(j)
@@ -260,11 +277,15 @@ def test_read_only_calls_of_one_turn_run_concurrently_and_results_keep_call_orde
         return arguments["x"]
 
     model = FakeModel(
-        [calls(("slow", {"x": "a"}), ("slow", {"x": "b"}), ("slow", {"x": "c"})),
-         text("ok")]
+        [
+            calls(("slow", {"x": "a"}), ("slow", {"x": "b"}), ("slow", {"x": "c"})),
+            text("ok"),
+        ]
     )
     engine = make_engine(
-        model, {"slow": (spec("slow", timeout_s=6), slow)}, limits=Limits(parallel_tool_calls=4)
+        model,
+        {"slow": (spec("slow", timeout_s=6), slow)},
+        limits=Limits(parallel_tool_calls=4),
     )
     j = journal()
     engine.advance(j)
@@ -311,7 +332,7 @@ def test_writes_are_not_retried():
     assert len(attempts) == 1
 
 
-def test_a_resumed_run_continues_from_the_persisted_steps_without_asking_the_model_again():
+def test_a_resumed_run_continues_from_persisted_steps_without_asking_the_model_again():
     model = FakeModel([call("calculate", {"expression": "2+2"}), text("4")])
     engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
     j = journal()
@@ -326,10 +347,8 @@ def test_a_resumed_run_continues_from_the_persisted_steps_without_asking_the_mod
         return original_update(step)
 
     j.update = crash_once  # type: ignore[method-assign]
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         engine.advance(j)
-    except KeyboardInterrupt:
-        pass
     assert len(model.requests) == 1
     j.update = original_update  # type: ignore[method-assign]
     engine.advance(j)

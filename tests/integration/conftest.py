@@ -62,7 +62,9 @@ class Proc:
     def wait_line(self, text: str, timeout: float = 60) -> str:
         def found() -> str | None:
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited:\n" + "\n".join(self.lines[-40:]))
+                raise RuntimeError(
+                    f"{self.name} exited:\n" + "\n".join(self.lines[-40:])
+                )
             return next((line for line in self.lines if text in line), None)
 
         return str(wait_for(found, timeout))
@@ -95,10 +97,25 @@ class Stack:
         proc = Proc(
             name,
             [
-                sys.executable, "-m", "celery", "-A", "reach_site", "worker",
-                "-P", "threads", "-c", str(concurrency), "-Q", "reach",
-                "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "-l", "INFO", "-n", f"{name}-{time.monotonic_ns()}@%h",
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "reach_site",
+                "worker",
+                "-P",
+                "threads",
+                "-c",
+                str(concurrency),
+                "-Q",
+                "reach",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "INFO",
+                "-n",
+                f"{name}-{time.monotonic_ns()}@%h",
             ],
             self.env,
         ).start()
@@ -110,8 +127,18 @@ class Stack:
         schedule = Path(self.env["REACH_VAR_DIR"]) / "celerybeat-schedule"
         proc = Proc(
             "beat",
-            [sys.executable, "-m", "celery", "-A", "reach_site", "beat", "-l", "INFO",
-             "-s", str(schedule)],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "reach_site",
+                "beat",
+                "-l",
+                "INFO",
+                "-s",
+                str(schedule),
+            ],
             self.env,
         ).start()
         proc.wait_line("beat: Starting", timeout=60)
@@ -122,8 +149,16 @@ class Stack:
         port = free_port()
         proc = Proc(
             "web",
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-             "reach_site.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "reach_site.asgi:application",
+            ],
             self.env,
         ).start()
         self.web_url = f"http://127.0.0.1:{port}"
@@ -135,8 +170,17 @@ class Stack:
         port = free_port()
         proc = Proc(
             "model",
-            [sys.executable, "-m", "tests.support.scripted_model", "--port", str(port),
-             "--script", script, "--latency", str(latency)],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.scripted_model",
+                "--port",
+                str(port),
+                "--script",
+                script,
+                "--latency",
+                str(latency),
+            ],
             self.env,
         ).start()
         proc.wait_line("READY", timeout=30)

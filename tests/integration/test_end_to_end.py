@@ -86,15 +86,25 @@ def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
     assert [s["seq"] for s in api_steps] == [1, 2, 3, 4, 5]
 
 
-def test_the_socket_refuses_a_foreign_origin_and_another_user(stack: Stack, alice, bob, demo):
+def test_the_socket_refuses_a_foreign_origin_and_another_user(
+    stack: Stack, alice, bob, demo
+):
     from agents.services import runs
 
     stack.start_web()
     conversation = runs.conversation_create(owner=alice, agent=demo.agent)
     task = runs.task_start(conversation=conversation, content="hi")
     ws_url = stack.web_url.replace("http", "ws") + f"/ws/tasks/{task.pk}/"
-    for cookie_user, origin in [(alice, "http://evil.example.com"), (bob, stack.web_url)]:
-        headers = {"Cookie": f"sessionid={session_cookie(cookie_user)}", "Origin": origin}
-        with pytest.raises(Exception):  # noqa: B017 - refused handshake or close
-            with connect(ws_url, additional_headers=headers, open_timeout=10) as ws:
-                ws.recv(timeout=5)
+    for cookie_user, origin in [
+        (alice, "http://evil.example.com"),
+        (bob, stack.web_url),
+    ]:
+        headers = {
+            "Cookie": f"sessionid={session_cookie(cookie_user)}",
+            "Origin": origin,
+        }
+        with (
+            pytest.raises(Exception),  # noqa: B017 - refused handshake or close
+            connect(ws_url, additional_headers=headers, open_timeout=10) as ws,
+        ):
+            ws.recv(timeout=5)

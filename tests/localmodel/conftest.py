@@ -100,5 +100,3 @@ def _wait_for_ready(process: subprocess.Popen[str], deadline: float) -> str | No
             return None
         if line.startswith("READY "):
             return line.split(maxsplit=1)[1].strip()
-
-
