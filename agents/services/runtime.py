@@ -142,12 +142,20 @@ def configured_secrets() -> dict[str, str]:
 
 
 def _stored_secrets() -> Mapping[str, str]:
+    from django.db import connection
+
+    # Redaction runs on many threads (logging, pushes); one that had no database
+    # connection before the refresh must not be left holding one.
+    had_connection = connection.connection is not None
     try:
         from agents.services.secrets import secret_values
 
         return secret_values()
     except Exception:  # noqa: BLE001 - the database may not be ready yet
         return {}
+    finally:
+        if not had_connection:
+            connection.close()
 
 
 class _RefreshingRedactor(Redactor):

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.contrib import admin
 from django.core.management import CommandError, call_command
-from django.db import close_old_connections
+from django.db import connection
 from django.test import Client, RequestFactory
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -246,7 +246,7 @@ def test_the_audit_api_streams_json_lines_to_auditors_only(
 
 
 @pytest.mark.dbsensitive
-def test_concurrent_appends_keep_one_unbroken_chain(db):
+def test_concurrent_appends_keep_one_unbroken_chain(transactional_db):
     threads, per_thread = 8, 15
     errors: list[BaseException] = []
     start = threading.Barrier(threads)
@@ -259,7 +259,7 @@ def test_concurrent_appends_keep_one_unbroken_chain(db):
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:
-            close_old_connections()
+            connection.close()
 
     workers = [threading.Thread(target=append, args=(i,)) for i in range(threads)]
     for worker in workers:
