@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -27,6 +29,23 @@ from agents.models import (
     ToolVersion,
 )
 from agents.services.tools import tool_clean, tool_save
+
+
+class PrettyJSONField(forms.JSONField):
+    """JSON shown indented, so a schema can be read and edited in the admin."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, forms.fields.InvalidJSONInput):
+            return value
+        return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
+
+
+JSON_FIELDS = {
+    models.JSONField: {
+        "form_class": PrettyJSONField,
+        "widget": forms.Textarea(attrs={"rows": 8, "cols": 80}),
+    }
+}
 
 
 class ToolForm(forms.ModelForm):
@@ -386,6 +405,7 @@ class HttpTryItMixin:
 
 @admin.register(Tool)
 class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
+    formfield_overrides = JSON_FIELDS
     form = ToolForm
     list_display = (
         "name",
@@ -451,6 +471,7 @@ class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    formfield_overrides = JSON_FIELDS
     list_display = ("name", "model", "is_default", "max_steps", "token_budget")
     filter_horizontal = ("tools",)
 

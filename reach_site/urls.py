@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import views as chat
@@ -61,5 +63,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include(api_patterns)),
     path("healthz", healthz),
+    path(
+        "favicon.ico",
+        RedirectView.as_view(url=static("favicon.svg"), permanent=True),
+    ),
     path("metrics", metrics),
 ]

@@ -47,3 +47,16 @@ def step_json(step: Any) -> str:
     from agents.services.runtime import redactor
 
     return json.dumps(redactor().data(step_payload(step)), ensure_ascii=False, indent=2)
+
+
+@register.filter
+def ago(value: Any) -> str:
+    """'just now' under a minute, else Django's timesince plus 'ago'."""
+    from django.utils import timezone
+    from django.utils.timesince import timesince
+
+    if value is None:
+        return ""
+    if (timezone.now() - value).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(value)} ago"

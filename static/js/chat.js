@@ -161,6 +161,11 @@ async function send() {
     }
     const empty = document.getElementById("empty-state");
     if (empty) empty.remove();
+    const current = document.querySelector(".conversations li.current a");
+    if (current && current.dataset.untitled !== undefined) {
+      current.textContent = content.length > 48 ? `${content.slice(0, 47)}…` : content;
+      delete current.dataset.untitled;
+    }
     const article = el("article", "turn");
     article.dataset.task = posted.data.task;
     article.dataset.rev = "0";
