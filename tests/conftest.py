@@ -132,6 +132,24 @@ def api_client_for() -> Any:
 
 
 @pytest.fixture
+def model(use_model: Any) -> Iterator[Any]:
+    """``model(handler)`` starts a scripted model server the product talks to."""
+    from tests.support.scripted_model import ScriptedModel
+
+    servers: list[Any] = []
+
+    def start(handler: Any) -> Any:
+        server = ScriptedModel(handler).start()
+        servers.append(server)
+        use_model(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
 def use_model(settings: Any) -> Any:
     """``use_model(server)`` points the product at a scripted model server."""
 

@@ -10,10 +10,10 @@ from agents.engine.loop import LeaseLost
 from agents.models import Message, Step, Task, Ticket, Tool
 from agents.services import runs
 from agents.services.tools import tool_save
+from tests.support.runs import ask
 from tests.support.scripted_model import (
     RedisScript,
     Script,
-    ScriptedModel,
     text,
     tool_call,
 )
@@ -21,29 +21,6 @@ from tests.support.scripted_model import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
-
-
-@pytest.fixture
-def model(use_model):
-    servers = []
-
-    def start(handler):
-        server = ScriptedModel(handler).start()
-        servers.append(server)
-        use_model(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def ask(user, agent, content, conversation=None):
-    conversation = conversation or runs.conversation_create(owner=user, agent=agent)
-    task = runs.task_start(conversation=conversation, content=content)
-    runs.task_advance(task_id=task.pk)
-    task.refresh_from_db()
-    return task
 
 
 def test_the_redis_question_runs_search_then_calculate_then_answers(alice, demo, model):

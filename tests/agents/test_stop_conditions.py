@@ -29,7 +29,6 @@ from agents.services.tools import tool_save
 from tests.support import extra_tools
 from tests.support.scripted_model import (
     Script,
-    ScriptedModel,
     delay,
     error,
     hang,
@@ -49,21 +48,6 @@ def clean_tools(flush_redis: None) -> Iterator[None]:
     extra_tools.reset()
     yield
     extra_tools.RELEASE.set()
-
-
-@pytest.fixture
-def model(use_model: Callable[[Any], Any]) -> Iterator[Callable[[Any], ScriptedModel]]:
-    servers: list[ScriptedModel] = []
-
-    def start(handler: Any) -> ScriptedModel:
-        server = ScriptedModel(handler).start()
-        servers.append(server)
-        use_model(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def limit(agent: Any, **fields: Any) -> None:

@@ -23,8 +23,9 @@ from agents.api.auth import token_issue
 from agents.models import Outbox, Step
 from agents.services import runs
 from approvals.models import ApprovalRequest, ApprovalVote
-from tests.approvals.conftest import EMAIL, ask, pending
+from tests.approvals.conftest import EMAIL, pending
 from tests.conftest import PASSWORD
+from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call, tool_calls
 from traces.models import AuditEvent
 

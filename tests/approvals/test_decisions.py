@@ -20,15 +20,9 @@ from agents.models import Outbox, Step, Ticket, Tool
 from agents.services.tools import tool_save
 from approvals.models import ApprovalRequest
 from approvals.tasks import expire
-from tests.approvals.conftest import (
-    EMAIL,
-    TICKET,
-    advance,
-    ask,
-    pending,
-    tool_messages,
-)
+from tests.approvals.conftest import EMAIL, TICKET, pending, tool_messages
 from tests.conftest import PASSWORD
+from tests.support.runs import advance, ask
 from tests.support.scripted_model import Script, text, tool_call, tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,7 +12,8 @@ from django.core import mail
 from approvals.consumers import ApprovalsConsumer
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from tests.approvals.conftest import EMAIL, ask, pending
+from tests.approvals.conftest import EMAIL, pending
+from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)

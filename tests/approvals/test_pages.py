@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from tests.approvals.conftest import EMAIL, TICKET, ask, pending
+from tests.approvals.conftest import EMAIL, TICKET, pending
+from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)

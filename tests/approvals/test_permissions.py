@@ -10,7 +10,8 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
-from tests.approvals.conftest import EMAIL, ask, pending
+from tests.approvals.conftest import EMAIL, pending
+from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)

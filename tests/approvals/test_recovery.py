@@ -19,7 +19,8 @@ from agents.models import Outbox, Step, Task, ToolExecution
 from agents.services.tools import toolbox_for_snapshot
 from approvals.models import ApprovalRequest
 from approvals.services import RECOVERY_REASON
-from tests.approvals.conftest import EMAIL, advance, ask, pending, tool_messages
+from tests.approvals.conftest import EMAIL, pending, tool_messages
+from tests.support.runs import advance, ask
 from tests.support.scripted_model import Script, text, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)

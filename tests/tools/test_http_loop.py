@@ -9,43 +9,19 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from agents.logging import JsonFormatter, RedactingFilter
 from agents.models import Message, Step, Task, Tool
-from agents.services import runs
-from tests.support.scripted_model import Script, ScriptedModel, text, tool_call
+from tests.support.runs import ask
+from tests.support.scripted_model import Script, text, tool_call
 from tests.tools.servers import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ECHO_SECRET = "loop-secret-9f8e7d6c5b4a"
-
-
-@pytest.fixture
-def model(use_model: Any) -> Iterator[Any]:
-    servers: list[ScriptedModel] = []
-
-    def start(script: Script) -> ScriptedModel:
-        server = ScriptedModel(script).start()
-        servers.append(server)
-        use_model(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def ask(user: Any, agent: Any, content: str) -> Task:
-    conversation = runs.conversation_create(owner=user, agent=agent)
-    task = runs.task_start(conversation=conversation, content=content)
-    runs.task_advance(task_id=task.pk)
-    task.refresh_from_db()
-    return task
 
 
 def lookup_definition(url: str, **http: Any) -> dict[str, Any]:

@@ -23,7 +23,8 @@ from agents.services.tools import tool_confirm, tool_save
 from agents.tools import mcp
 from tests.support.admin_forms import admin_form_data
 from tests.support.mcp_server import MCPHttpServer, stdio_command
-from tests.support.scripted_model import Script, ScriptedModel, text, tool_call
+from tests.support.runs import ask
+from tests.support.scripted_model import Script, text, tool_call
 
 ORDER = {"order_id": "A-1001", "status": "shipped", "total_eur": 42.5}
 REMOTE_NAMES = {
@@ -78,31 +79,8 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/mcp"
 
 
-@pytest.fixture
-def model(use_model: Any) -> Iterator[Any]:
-    servers: list[ScriptedModel] = []
-
-    def start(handler: Any) -> ScriptedModel:
-        server = ScriptedModel(handler).start()
-        servers.append(server)
-        use_model(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
 def imported(server: MCPServer) -> dict[str, Tool]:
     return {t.mcp_tool: t for t in Tool.objects.filter(mcp_server=server)}
-
-
-def ask(user: Any, agent: Agent, content: str) -> Any:
-    conversation = runs.conversation_create(owner=user, agent=agent)
-    task = runs.task_start(conversation=conversation, content=content)
-    runs.task_advance(task_id=task.pk)
-    task.refresh_from_db()
-    return task
 
 
 def orders_desk(*tools: Tool, admin: Any) -> Agent:

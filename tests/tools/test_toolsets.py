@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,24 +9,9 @@ import pytest
 from agents.models import Agent, Tool
 from agents.services import runs
 from agents.services.tools import tool_save
-from tests.support.scripted_model import Script, ScriptedModel, text
+from tests.support.scripted_model import Script, text
 
 DEMO_TOOLS = {"calculate", "search_notes", "create_ticket", "send_email"}
-
-
-@pytest.fixture
-def model(use_model: Any) -> Iterator[Any]:
-    servers: list[ScriptedModel] = []
-
-    def start(handler: Any) -> ScriptedModel:
-        server = ScriptedModel(handler).start()
-        servers.append(server)
-        use_model(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def register(name: str, tags: list[str], **fields: Any) -> Tool:

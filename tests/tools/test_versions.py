@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from agents.admin import version_changes
@@ -12,22 +9,7 @@ from agents.models import Step, Tool, ToolVersion
 from agents.services import runs
 from agents.services.tools import tool_save
 from tests.support.admin_forms import admin_form_data
-from tests.support.scripted_model import Script, ScriptedModel, text, tool_call
-
-
-@pytest.fixture
-def model(use_model: Any) -> Iterator[Any]:
-    servers: list[ScriptedModel] = []
-
-    def start(handler: Any) -> ScriptedModel:
-        server = ScriptedModel(handler).start()
-        servers.append(server)
-        use_model(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+from tests.support.scripted_model import Script, text, tool_call
 
 
 def latest(tool: Tool) -> ToolVersion:

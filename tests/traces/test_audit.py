@@ -19,8 +19,9 @@ from agents.models import Agent, Tool
 from agents.services.tools import tool_from_definition, tool_save
 from approvals.models import ApprovalRequest
 from approvals.services import approvals_expire
+from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import EMAIL, QUESTION, ask, decide
+from tests.traces.conftest import EMAIL, QUESTION, decide
 from traces.models import AuditEvent, AuditHead
 from traces.services import GENESIS, audit_append, audit_verify
 

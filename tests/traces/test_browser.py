@@ -11,8 +11,9 @@ import pytest
 
 from tests.conftest import PASSWORD
 from tests.integration.conftest import Stack
+from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, ScriptedModel
-from tests.traces.conftest import QUESTION, ask
+from tests.traces.conftest import QUESTION
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

@@ -6,8 +6,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from agents.models import Task, Ticket
+from tests.support.runs import advance, ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import QUESTION, TICKET, advance, ask, decide, logged_in
+from tests.traces.conftest import QUESTION, TICKET, decide, logged_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,9 @@ from rest_framework.test import APIClient
 
 from agents.models import Step, Task
 from agents.services import runs
+from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import EMAIL, QUESTION, ask, decide, logged_in
+from tests.traces.conftest import EMAIL, QUESTION, decide, logged_in
 from traces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,8 +13,9 @@ from django.utils import timezone
 from agents.engine.spec import StepKind, StepRecord, StepStatus, StopReason
 from agents.models import Task
 from agents.services import runs
+from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call, tool_calls
-from tests.traces.conftest import EMAIL, ask, decide, logged_in
+from tests.traces.conftest import EMAIL, decide, logged_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

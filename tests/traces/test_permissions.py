@@ -13,8 +13,9 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
+from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript
-from tests.traces.conftest import QUESTION, ask, logged_in
+from tests.traces.conftest import QUESTION, logged_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -25,8 +25,9 @@ from agents.services.secrets import secret_set
 from agents.services.tools import tool_from_definition, tool_save
 from agents.tools.registry import register
 from approvals.models import ApprovalRequest
+from tests.support.runs import ask
 from tests.support.scripted_model import Script, error, text, tool_call, tool_calls
-from tests.traces.conftest import ask, decide, logged_in
+from tests.traces.conftest import decide, logged_in
 from traces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)

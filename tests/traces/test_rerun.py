@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from agents.models import Ticket, Tool
 from agents.services import runs
 from agents.services.tools import tool_save
+from tests.support.runs import ask
 from tests.support.scripted_model import (
     RedisScript,
     Script,
@@ -18,7 +19,7 @@ from tests.support.scripted_model import (
     tool_call,
     tool_calls,
 )
-from tests.traces.conftest import EMAIL, QUESTION, TICKET, ask, decide
+from tests.traces.conftest import EMAIL, QUESTION, TICKET, decide
 from traces.replay import task_rerun
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from agents.models import Conversation, Message, Step, Task
 from approvals.models import ApprovalRequest
+from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import EMAIL, QUESTION, ask, decide
+from tests.traces.conftest import EMAIL, QUESTION, decide
 from traces.models import AuditEvent
 from traces.services import audit_verify, traces_purge
 
