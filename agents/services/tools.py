@@ -15,37 +15,16 @@ from agents.engine.safe_eval import EvaluationError, validate_rule
 from agents.engine.spec import Handler, Toolbox, ToolSpec
 from agents.engine.validation import check_parameters_schema, check_tool_name
 from agents.models import Agent, Tool, ToolVersion
-from agents.payloads import tool_definition
+from agents.payloads import TOOL_FIELDS, tool_definition
 from agents.tools.registry import get_handler, handler_names
 
-#: Fields whose change makes a new version (everything that defines the tool).
-VERSIONED_FIELDS = tuple(
-    f
-    for f in (
-        "description",
-        "parameters",
-        "kind",
-        "handler",
-        "http",
-        "mcp_server_id",
-        "mcp_tool",
-        "risk",
-        "approval",
-        "approval_rule",
-        "approvals_required",
-        "approval_ttl_s",
-        "untrusted_output",
-        "idempotent",
-        "timeout_s",
-        "max_retries",
-        "max_result_chars",
-        "result_fields",
-        "cache_ttl_s",
-        "rate_limit_per_min",
-        "preview_template",
-        "tags",
-        "enabled",
-    )
+#: Fields whose change makes a new version: the public definition (API.md) and
+#: the implementation behind it.
+VERSIONED_FIELDS = tuple(f for f in TOOL_FIELDS if f != "name") + (
+    "handler",
+    "http",
+    "mcp_server_id",
+    "mcp_tool",
 )
 
 
