@@ -99,6 +99,8 @@ class TaskConsumer(ReachConsumer):
         for event in await database_sync_to_async(load_step_events)(message["ids"]):
             if event["task"] == self.task_id:
                 await self.send_json(event)
+        if message.get("task"):
+            await self.reach_task(message)
 
     async def reach_task(self, message: dict[str, Any]) -> None:
         from agents.services.notify import load_task_event

@@ -92,10 +92,12 @@ def test_a_run_pushes_only_ids_after_commit_in_order(alice, demo, monkeypatch):
     with CaptureQueriesContext(connection):
         [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
     stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
-    # Ids only, no payload or rendering on the run's side; the step, then its task.
+    # Ids only, no payload or rendering on the run's side: the steps and the task.
     assert sent == [
-        (f"task_{journal.task_id}", {"type": "reach.steps", "ids": [stored.pk]}),
-        (f"task_{journal.task_id}", {"type": "reach.task"}),
+        (
+            f"task_{journal.task_id}",
+            {"type": "reach.steps", "ids": [stored.pk], "task": True},
+        )
     ]
 
 
