@@ -37,6 +37,10 @@ class RedactingFilter(logging.Filter):
             return True
         record.msg = r.text(message)
         record.args = None
+        for key, value in list(vars(record).items()):
+            # Extras given with extra={...} are written by the JSON formatter too.
+            if key not in _STANDARD and isinstance(value, (str, dict, list)):
+                setattr(record, key, r.data(value))
         if record.exc_info and record.exc_info[1] is not None:
             record.exc_text = r.text(
                 logging.Formatter().formatException(record.exc_info)

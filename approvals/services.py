@@ -150,7 +150,10 @@ def approval_decide(
         raise DecisionError("You do not have permission to decide approvals.", 403)
     if decision not in ("approve", "reject", "mark_done"):
         raise DecisionError("decision must be 'approve' or 'reject'.", 400)
-    reason = (reason or "").strip()
+    from agents.services.runtime import redactor
+
+    # The reason goes back to the model and into the trace: never a secret.
+    reason = redactor().text((reason or "").strip())
     if decision == "reject" and not reason:
         raise DecisionError("A reason is required to reject.", 400)
     if user.pk == approval.requested_by_id:

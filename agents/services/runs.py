@@ -91,7 +91,10 @@ def task_start(
     """Record the user's message and a new task for it; enqueue it after commit."""
     from agents.services.tools import agent_snapshot
 
-    content = content.strip()
+    from agents.services.runtime import redactor
+
+    # What the user typed is recorded and sent to the model: secrets are not.
+    content = redactor().text(content.strip())
     if not content:
         raise ValueError("The message is empty.")
     if len(content) > settings.REACH_MAX_MESSAGE_CHARS:
