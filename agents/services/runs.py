@@ -89,9 +89,8 @@ def task_start(
     model: str | None = None,
 ) -> Task:
     """Record the user's message and a new task for it; enqueue it after commit."""
-    from agents.services.tools import agent_snapshot
-
     from agents.services.runtime import redactor
+    from agents.services.tools import agent_snapshot
 
     # What the user typed is recorded and sent to the model: secrets are not.
     content = redactor().text(content.strip())

@@ -19,9 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 CANARY_KEY = "sk-canaryUSERTYPED0123456789abcdef"
 
 
-def test_a_secret_typed_into_the_chat_is_stored_and_sent_redacted(
-    alice, demo, model
-):
+def test_a_secret_typed_into_the_chat_is_stored_and_sent_redacted(alice, demo, model):
     script = Script([text("noted")])
     model(script)
     task = ask(alice, demo.agent, f"my key is {CANARY_KEY}, keep it safe")
