@@ -336,6 +336,7 @@ def _apply_to_step(
         "reason": reason or None,
         "edited": edited or step.proposed_arguments is not None,
         "approval": str(approval.pk),
+        "recovery": approval.kind == ApprovalRequest.Kind.RECOVERY,
     }
     if decision == "approve":
         # The engine refuses to run anything whose hash differs from this one.

@@ -124,6 +124,15 @@ def observation(step: StepRecord, max_chars: int, notes: Sequence[str] = ()) -> 
         )
     if status is StepStatus.REJECTED:
         reason = step.detail.get("reason") or "no reason given"
+        if (step.detail.get("decision") or {}).get("recovery"):
+            # The call was interrupted by a crash: it may or may not have happened.
+            return dumps(
+                {
+                    "error": "This call was interrupted and an operator marked it "
+                    f"failed: {reason}. It may have partly happened; do not repeat "
+                    "it blindly. Tell the user what is uncertain, or change plan."
+                }
+            )
         return dumps(
             {
                 "error": f"An approver rejected this call: {reason}. It did not run. "

@@ -182,6 +182,9 @@ def test_reject_of_a_recovery_request_tells_the_model_why(
     assert task.steps.get(tool="send_email").status == "rejected"
     [answer] = tool_messages(script.requests[-1])
     assert "The mail server was down" in answer["content"]
+    # Not "it did not run": after a crash nobody knows that.
+    assert "may have partly happened" in answer["content"]
+    assert "did not run" not in answer["content"]
     assert len(mail.outbox) == 0
 
 
