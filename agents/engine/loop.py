@@ -636,7 +636,13 @@ class Engine:
                 return
             if not read:
                 running = self._start(journal, steps, batch[0])
-                self._record(journal, steps, self._run_one(running))
+                finished = self._run_one(running)
+                spec = self.toolbox.specs[finished.tool or ""]
+                if finished.error_class == "timeout" and not spec.retry_safe:
+                    # Abandoned mid-write: it may still happen. A human decides.
+                    _replace(steps, journal.outcome_unknown(finished, spec))
+                    continue
+                self._record(journal, steps, finished)
                 continue
             # A read is safe to run again, so its start is not persisted on its
             # own: its running state was recorded at planning, and its start

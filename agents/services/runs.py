@@ -625,16 +625,29 @@ class DjangoJournal:
             notify.steps_changed_on_commit(task.pk, ids)
 
     def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
-        """A write started before a crash and is not safe to retry: ask a human."""
+        """A write's outcome is unknown and it is not safe to retry: ask a human.
+
+        Either the worker stopped while it ran (a crash), or it timed out and its
+        handler was abandoned, so it may still be finishing.
+        """
         from approvals.services import approval_create
 
+        timed_out = step.error_class == "timeout"
         with _write_transaction():
             task = self._locked_task()
             row = Step.objects.select_for_update().get(task=task, seq=step.seq)
+            if timed_out:
+                # Keep what the attempt recorded (its duration and error).
+                pk = row.pk
+                row.apply(_stored(step))
+                row.pk = pk
             task.rev += 1
             row.status = StepStatus.WAITING_APPROVAL
             row.error = (
-                "The worker stopped while this call was running; whether it "
+                f"{step.error} Whether it happened is unknown. An operator must "
+                "check before it is retried."
+                if timed_out
+                else "The worker stopped while this call was running; whether it "
                 "happened is unknown. An operator must check before it is retried."
             )
             row.error_class = "outcome_unknown"

@@ -326,6 +326,24 @@ def test_a_hung_tool_is_abandoned_at_its_timeout_and_does_not_hold_the_task(
     assert executor().abandoned >= 1
 
 
+def test_a_write_that_times_out_waits_for_an_operator_to_say_whether_it_happened(
+    alice, demo, model
+):
+    extra_tools.install("hang_lookup", timeout_s=0.3, risk="write")
+    model(Script([tool_call("hang_lookup", {"key": "a"}), text("Checked.")]))
+
+    task = ask(alice, demo.agent, "change it")
+
+    # Abandoned mid-write, it may still take effect: not retried, not failed.
+    assert task.status == "waiting_approval"
+    [step] = tool_steps(task)
+    assert (step.status, step.error_class) == ("waiting_approval", "outcome_unknown")
+    assert "did not answer within" in step.error and step.attempts
+    recovery = task.approvals.get()
+    assert (recovery.kind, recovery.status) == ("recovery", "pending")
+    assert extra_tools.EXECUTIONS.get("hang_lookup", 0) <= 1
+
+
 def test_a_retry_safe_tool_is_retried_and_each_attempt_shows_in_the_step(
     alice, demo, model
 ):

@@ -355,3 +355,22 @@ def test_a_resumed_run_continues_from_persisted_steps_without_asking_the_model_a
     assert len(model.requests) == 2
     assert j.finished[1] == "4"
     assert tool_steps(j)[0].result["result"] == 4
+
+
+def test_a_write_abandoned_at_its_timeout_is_handed_to_an_operator_not_failed():
+    release = threading.Event()
+
+    def stuck_write(arguments: dict[str, Any], context: Any) -> Any:
+        release.wait(10)
+        return {"done": True}
+
+    write = spec("stuck_write", risk=Risk.WRITE, timeout_s=0.2)
+    model = FakeModel([call("stuck_write", {"x": "1"}), text("ok")])
+    engine = make_engine(model, {"stuck_write": (write, stuck_write)})
+    j = journal()
+    assert engine.advance(j) is Outcome.PARKED
+    release.set()
+    [step] = tool_steps(j)
+    assert step.status is StepStatus.WAITING_APPROVAL
+    assert step.error_class == "outcome_unknown"
+    assert len(model.requests) == 1
