@@ -30,9 +30,6 @@ from tests.support.scripted_model import (
 
 # 200 clients connect at once: a listen backlog of 128 would drop SYNs (1 s retry).
 scripted_model._Server.request_queue_size = 1024
-# The handler writes headers and body separately: with Nagle on, the body waits for
-# the client's delayed ACK (~40 ms a request on loopback). A real server does not.
-scripted_model._RequestHandler.disable_nagle_algorithm = True
 
 
 class Steps:

@@ -713,6 +713,9 @@ class _Server(ThreadingHTTPServer):
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "ScriptedModel/1.0"
+    # Headers and body go out in separate writes; with Nagle on, each response
+    # would wait ~40 ms for the client's delayed ACK.
+    disable_nagle_algorithm = True
     server: _Server
 
     # plumbing -----------------------------------------------------------------
