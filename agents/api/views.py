@@ -61,9 +61,9 @@ def redacted(data: Any) -> Any:
 
 
 class AgentList(APIView):
-    @extend_schema(responses=schema.AgentSchema(many=True))
+    @extend_schema(responses=schema.AgentSchema(many=True), description="Newest first.")
     def get(self, request: Request) -> Response:
-        agents = Agent.objects.prefetch_related("tools").order_by("name")
+        agents = Agent.objects.prefetch_related("tools").order_by("-created_at", "-id")
         page, headers = paginate(request, agents)
         return Response(
             [
@@ -83,7 +83,7 @@ class AgentList(APIView):
 class ToolList(APIView):
     @extend_schema(responses=schema.ToolSchema(many=True))
     def get(self, request: Request) -> Response:
-        page, headers = paginate(request, Tool.objects.order_by("name"))
+        page, headers = paginate(request, Tool.objects.order_by("-created_at", "-id"))
         return Response([tool_definition(t) for t in page], headers=headers)
 
     @extend_schema(

@@ -271,3 +271,27 @@ def test_openapi_schema_is_served(alice, api_client_for):
 def test_conversation_model_is_not_shared(alice, bob, demo):
     runs.conversation_create(owner=alice, agent=demo.agent)
     assert Conversation.objects.filter(owner=bob).count() == 0
+
+
+def test_tool_and_agent_lists_are_newest_first(admin_user, api_client_for):
+    from agents.models import Agent
+
+    client = api_client_for(admin_user)
+    created = client.post(
+        "/api/tools/",
+        {
+            "name": "lookup_order",
+            "description": "Look up an order by its id. Returns status and total.",
+            "parameters": {"type": "object", "properties": {}},
+            "kind": "python",
+            "handler": "calculate",
+        },
+        format="json",
+    )
+    assert created.status_code == 201
+    assert client.get("/api/tools/").json()[0]["name"] == "lookup_order"
+    Agent.objects.create(name="support", description="Support desk.")
+    assert [a["name"] for a in client.get("/api/agents/").json()] == [
+        "support",
+        "assistant",
+    ]
