@@ -17,6 +17,9 @@ from tests.support.redis_server import BundledRedis
 
 PASSWORD = "test-password-1234"
 
+#: The ``browser`` fixture (Debian's Chromium through Playwright).
+pytest_plugins = ["tests.support.browser"]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def bundled_redis() -> Iterator[BundledRedis]:

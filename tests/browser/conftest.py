@@ -8,62 +8,22 @@ scripts it. Users log in through the login form.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import PASSWORD
 from tests.integration.conftest import Stack, stack  # noqa: F401 - the fixture
+from tests.support.browser import TIMEOUT_MS, real_password
 from tests.support.scripted_model import Handler, ScriptedModel
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-#: Playwright's waits (ms): generous, the worker shares the CPU with the browser.
-TIMEOUT_MS = 30_000
-
-
-@pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A headless Chromium; never downloaded (``make chromium`` installs it)."""
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=TIMEOUT_MS)
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make chromium` (Debian's package).")
-    # Playwright's sync API keeps its event loop marked as running in this
-    # thread; the ORM calls this test makes between browser calls are plain
-    # synchronous code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
 
 
 @pytest.fixture
 def served(request: pytest.FixtureRequest, demo: Any) -> Iterator[Any]:
     """``served(handler)`` -> the scripted model; starts worker and web against it."""
-    from django.contrib.auth.hashers import PBKDF2PasswordHasher
-
     site: Stack = request.getfixturevalue("stack")
-    # The test settings hash with MD5 for speed; daphne runs the real settings.
-    hasher = PBKDF2PasswordHasher()
     for user in (demo.alice, demo.bob, demo.operator, demo.admin):
-        user.password = hasher.encode(PASSWORD, hasher.salt())
-        user.save(update_fields=["password"])
+        real_password(user, PASSWORD)
     models: list[ScriptedModel] = []
 
     def serve(handler: Handler, latency_s: float = 0.0) -> ScriptedModel:

@@ -3,65 +3,22 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import PASSWORD
 from tests.integration.conftest import Stack
+from tests.support.browser import real_password
 from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, ScriptedModel
 from tests.traces.conftest import QUESTION
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-TIMEOUT_MS = 30_000
-
-
-@pytest.fixture
-def chromium(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Debian's Chromium through Playwright (never a downloaded browser)."""
-    from playwright.sync_api import expect, sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing (apt-get install chromium).")
-    expect.set_options(timeout=TIMEOUT_MS)
-    # Playwright's sync API marks an event loop as running in this thread; the
-    # ORM calls between browser calls are plain synchronous code.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-def real_password(user: Any) -> None:
-    """The test settings hash with MD5; daphne runs the real hashers."""
-    from django.contrib.auth.hashers import PBKDF2PasswordHasher
-
-    hasher = PBKDF2PasswordHasher()
-    user.password = hasher.encode(PASSWORD, hasher.salt())
-    user.save(update_fields=["password"])
-
 
 def test_the_replay_player_plays_steps_and_pauses_the_recorded_run(
-    stack: Stack, chromium: Any, alice: Any, demo: Any, use_model: Any
+    stack: Stack, browser: Any, alice: Any, demo: Any, use_model: Any
 ) -> None:
     from playwright.sync_api import expect
 
@@ -69,9 +26,9 @@ def test_the_replay_player_plays_steps_and_pauses_the_recorded_run(
         use_model(model)
         task = ask(alice, demo.agent, QUESTION)
     assert task.status == "succeeded", task.error_message
-    real_password(alice)
+    real_password(alice, PASSWORD)
     stack.start_web()
-    page = chromium.new_page()
+    page = browser.new_page()
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(str(e)))
     page.on(
