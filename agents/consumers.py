@@ -59,9 +59,6 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
     def groups_for(self, user: Any) -> list[str]:
         raise NotImplementedError
 
-    async def reach_event(self, message: dict[str, Any]) -> None:
-        await self.send_json(message["event"])
-
     async def session_ended(self, message: dict[str, Any]) -> None:
         await self.close(code=4401)
 
@@ -73,12 +70,28 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
 
 
 class TaskConsumer(ReachConsumer):
+    """Sends every change of one task, in ``rev`` order, then the task itself."""
+
+    #: The rev this client has every change up to, and the task rev last sent.
+    cursor: int = 0
+    task_rev_sent: int = 0
+
     async def authorize(self, user: Any) -> bool:
         self.task_id = str(self.scope["url_route"]["kwargs"]["task_id"])
-        return await database_sync_to_async(_can_watch)(user, self.task_id)
+        rev = await database_sync_to_async(_watchable_rev)(user, self.task_id)
+        if rev is None:
+            return False
+        # Read before joining the group; what changes in between is sent on connect.
+        self.cursor = self.task_rev_sent = rev
+        return True
 
     def groups_for(self, user: Any) -> list[str]:
         return [task_group(self.task_id)]
+
+    async def connect(self) -> None:
+        await super().connect()
+        if self.groups_joined:
+            await self.send_changes()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or content.get("type") != "resume":
@@ -89,42 +102,39 @@ class TaskConsumer(ReachConsumer):
         except (TypeError, ValueError):
             await self.send_json({"type": "error", "error": "after must be a number."})
             return
-        for event in await database_sync_to_async(_steps_after)(self.task_id, after):
+        await self.send_changes(after=after, with_task=True)
+
+    async def reach_changed(self, message: dict[str, Any]) -> None:
+        await self.send_changes()
+
+    async def send_changes(
+        self, *, after: int | None = None, with_task: bool = False
+    ) -> None:
+        """Every step changed after ``after`` (default: the cursor), then the task
+        when it changed (or always, ``with_task``)."""
+        from agents.services.notify import changes_since
+
+        since = self.cursor if after is None else after
+        events, task, cursor = await database_sync_to_async(changes_since)(
+            self.task_id, since
+        )
+        for event in events:
             await self.send_json(event)
-
-    async def reach_steps(self, message: dict[str, Any]) -> None:
-        """Steps changed: send their committed state, rendered here."""
-        from agents.services.notify import load_step_events
-
-        for event in await database_sync_to_async(load_step_events)(message["ids"]):
-            if event["task"] == self.task_id:
-                await self.send_json(event)
-        if message.get("task"):
-            await self.reach_task(message)
-
-    async def reach_task(self, message: dict[str, Any]) -> None:
-        from agents.services.notify import load_task_event
-
-        event = await database_sync_to_async(load_task_event)(self.task_id)
-        if event is not None:
-            await self.send_json(event)
+        if task is not None and (
+            with_task or task["task"]["rev"] != self.task_rev_sent
+        ):
+            await self.send_json(task)
+            self.task_rev_sent = task["task"]["rev"]
+        self.cursor = max(self.cursor, cursor)
 
 
-def _can_watch(user: Any, task_id: str) -> bool:
+def _watchable_rev(user: Any, task_id: str) -> int | None:
+    """The task's rev if ``user`` may watch it (its owner or an auditor)."""
     from agents.models import Task
 
-    task = Task.objects.filter(pk=task_id).only("owner_id").first()
+    task = Task.objects.filter(pk=task_id).only("owner_id", "rev").first()
     if task is None:
-        return False
-    return task.owner_id == user.pk or user.has_perm("agents.audit_task")
-
-
-def _steps_after(task_id: str, after: int) -> list[dict[str, Any]]:
-    from agents.models import Task
-    from agents.services.notify import step_event, task_event
-
-    steps = Task.objects.get(pk=task_id).steps.filter(rev__gt=after).order_by("rev")
-    events = [step_event(step) for step in steps]
-    task = Task.objects.select_related("agent", "owner").get(pk=task_id)
-    events.append(task_event(task))
-    return events
+        return None
+    if task.owner_id == user.pk or user.has_perm("agents.audit_task"):
+        return int(task.rev)
+    return None

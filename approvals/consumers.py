@@ -19,5 +19,13 @@ class ApprovalsConsumer(ReachConsumer):
     def groups_for(self, user: Any) -> list[str]:
         return [APPROVALS_GROUP]
 
+    async def reach_approval(self, message: dict[str, Any]) -> None:
+        """A request changed: send its committed state and card, rendered here."""
+        from agents.services.notify import load_approval_event
+
+        event = await database_sync_to_async(load_approval_event)(message["id"])
+        if event is not None:
+            await self.send_json(event)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         await self.send_json({"type": "error", "error": "This socket only sends."})

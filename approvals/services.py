@@ -367,7 +367,7 @@ def _apply_to_step(
     step.save()
     task.updated_at = timezone.now()
     task.save(update_fields=["rev", "updated_at"])
-    notify.steps_changed_on_commit(task.pk, [step.pk])
+    notify.task_changed_on_commit(task.pk)
 
 
 def approvals_expire() -> int:
@@ -398,7 +398,7 @@ def approvals_expire() -> int:
                 object_type="approval",
                 object_id=approval.pk,
             )
-            notify.steps_changed_on_commit(task.pk, [step.pk])
+            notify.task_changed_on_commit(task.pk)
             notify.approval_changed_on_commit(approval.pk)
             from agents.services.runs import enqueue_advance
 
@@ -425,7 +425,7 @@ def approvals_cancel_for_task(*, task: Task) -> None:
         step.finished_at = now
         step.rev = task.rev
         step.save()
-        notify.steps_changed_on_commit(task.pk, [step.pk])
+        notify.task_changed_on_commit(task.pk)
         notify.approval_changed_on_commit(approval.pk)
         audit_append(
             kind="approval.cancelled",

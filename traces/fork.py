@@ -184,7 +184,7 @@ def task_fork(
                 "model": model_name,
             },
         )
-        notify.steps_changed_on_commit(fork.pk, [r.pk for r in saved], task=True)
+        notify.task_changed_on_commit(fork.pk)
     return fork
 
 

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import queue
-import threading
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -14,56 +9,6 @@ from django.template.loader import render_to_string
 
 from agents.engine.redaction import Redactor
 from agents.push import APPROVALS_GROUP, push, task_group
-
-log = logging.getLogger(__name__)
-
-
-class _Dispatcher:
-    """Runs after-commit notifications on one thread per process, in order.
-
-    Loading, rendering and pushing a step costs milliseconds; a run must not wait
-    for it between its steps. Notifications keep the order of their commits; a
-    lost one (a process that dies) is recovered by the client's resume by rev.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[Callable[[], None]] | None = None
-        self._pid: int | None = None
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            if self._queue is None or self._pid != os.getpid():
-                self._queue, self._pid = queue.SimpleQueue(), os.getpid()
-                threading.Thread(
-                    target=self._run,
-                    args=(self._queue,),
-                    name="reach-notify",
-                    daemon=True,
-                ).start()
-            jobs = self._queue
-        jobs.put(job)
-
-    @staticmethod
-    def _run(jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
-        from django.db import connection
-
-        while True:
-            job = jobs.get()
-            try:
-                job()
-            except Exception:  # noqa: BLE001 - clients resume from the database
-                log.warning("notification failed", exc_info=True)
-            if jobs.empty():
-                # Hold no connection while idle (a pool or the server keeps it).
-                connection.close()
-
-
-_dispatcher = _Dispatcher()
-
-
-def _after_commit(job: Callable[[], None]) -> None:
-    transaction.on_commit(lambda: _dispatcher.submit(job))
 
 
 def _redactor() -> Redactor:
@@ -94,37 +39,16 @@ def task_event(task: Any) -> dict[str, Any]:
     return {"type": "task", "task": _redactor().data(task_payload(task))}
 
 
-def _send(group: str, event: dict[str, Any]) -> None:
-    push(group, {"type": "reach.event", "event": event})
-
-
-def steps_changed_on_commit(
-    task_id: Any,
-    step_ids: Sequence[int],
-    *,
-    task: bool = False,
-    rows: Sequence[Any] | None = None,
-    task_row: Any = None,
-) -> None:
-    """After commit, tell the task's watchers which steps (and the task) changed.
-
-    The message carries ids only: each websocket consumer loads the committed
-    state and renders it (payload and the shared step partial), so a run pays
-    nothing for events nobody watches. ``rows`` may stand in for ``step_ids``;
-    ``task_row`` is accepted for callers that have it and is not needed.
-    """
-    ids = [row.pk for row in rows] if rows is not None else list(step_ids)
-    group = task_group(task_id)
-
-    # One message for both: a push costs more than the few bytes it carries.
-    message = {"type": "reach.steps", "ids": ids, "task": task}
-    transaction.on_commit(lambda: push(group, message))
-
-
 def task_changed_on_commit(task_id: Any) -> None:
-    """After commit, tell the task's watchers that the task changed."""
+    """After commit, poke the task's watchers: something of it changed.
+
+    The poke carries nothing: each websocket consumer sends its client every step
+    changed since what it last sent (by ``rev``), then the task, from the
+    database. So a run pays nothing for events nobody watches, and a watcher can
+    neither miss a change nor see the task finish before its last steps.
+    """
     group = task_group(task_id)
-    transaction.on_commit(lambda: push(group, {"type": "reach.task"}))
+    transaction.on_commit(lambda: push(group, {"type": "reach.changed"}))
 
 
 #: The columns task_payload reads (agents/payloads.py).
@@ -154,12 +78,24 @@ TASK_EVENT_FIELDS = (
 )
 
 
-def load_step_events(ids: Sequence[int]) -> list[dict[str, Any]]:
-    """Step events for these step ids, in seq order (the consumer's side)."""
+def changes_since(
+    task_id: Any, after: int
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, int]:
+    """Step events with ``rev > after`` in rev order, the task event, and the rev
+    the caller is now up to (the consumer's side).
+
+    The task is read first: every step change that committed before it has a
+    rev no higher than the task's, and later ones get higher revs, so moving the
+    cursor to the task's rev never skips a change.
+    """
     from agents.models import Step
 
-    steps = Step.objects.filter(pk__in=list(ids)).order_by("seq")
-    return [step_event(step) for step in steps]
+    task = load_task_event(task_id)
+    steps = list(Step.objects.filter(task_id=task_id, rev__gt=after).order_by("rev"))
+    cursor = max([after, *(s.rev for s in steps)])
+    if task is not None:
+        cursor = max(cursor, int(task["task"]["rev"]))
+    return [step_event(step) for step in steps], task, cursor
 
 
 def load_task_event(task_id: Any) -> dict[str, Any] | None:
@@ -176,27 +112,28 @@ def load_task_event(task_id: Any) -> dict[str, Any] | None:
 
 
 def approval_changed_on_commit(approval_id: Any) -> None:
-    def send() -> None:
-        from approvals.models import ApprovalRequest
-        from approvals.payloads import approval_payload
+    """After commit, tell the approval queues that this request changed."""
+    message = {"type": "reach.approval", "id": str(approval_id)}
+    transaction.on_commit(lambda: push(APPROVALS_GROUP, message))
 
-        try:
-            approval = (
-                ApprovalRequest.objects.select_related(
-                    "task__agent", "requested_by", "decided_by", "step"
-                )
-                .filter(pk=approval_id)
-                .first()
-            )
-            if approval is None:
-                return
-            payload = _redactor().data(approval_payload(approval))
-            html = render_to_string("approvals/_card.html", {"approval": approval})
-            _send(
-                APPROVALS_GROUP,
-                {"type": "approval", "approval": payload, "html": html},
-            )
-        except Exception:  # noqa: BLE001
-            log.warning("approval push for %s failed", approval_id, exc_info=True)
 
-    _after_commit(send)
+def load_approval_event(approval_id: Any) -> dict[str, Any] | None:
+    """The approval event, with its rendered card (the consumer's side)."""
+    from approvals.models import ApprovalRequest
+    from approvals.payloads import approval_payload
+
+    approval = (
+        ApprovalRequest.objects.select_related(
+            "task__agent", "requested_by", "decided_by", "step"
+        )
+        .prefetch_related("votes__user")
+        .filter(pk=approval_id)
+        .first()
+    )
+    if approval is None:
+        return None
+    return {
+        "type": "approval",
+        "approval": _redactor().data(approval_payload(approval)),
+        "html": render_to_string("approvals/_card.html", {"approval": approval}),
+    }

@@ -492,9 +492,7 @@ class DjangoJournal:
                 )
                 for row in waiting:
                     approval_create(task=task, step=row)
-            notify.steps_changed_on_commit(
-                self._task_pk, [r.pk for r in rows], task=True
-            )
+            notify.task_changed_on_commit(self._task_pk)
         return [row.record() for row in sorted(rows, key=lambda r: r.seq)]
 
     def update(self, step: StepRecord) -> StepRecord:
@@ -525,7 +523,7 @@ class DjangoJournal:
                 if label not in (task.tainted_by or []):
                     task.tainted_by = [*(task.tainted_by or []), label]
                     task.save(update_fields=["tainted_by"])
-            notify.steps_changed_on_commit(self._task_pk, [row.pk], rows=[row])
+            notify.task_changed_on_commit(self._task_pk)
         return row.record()
 
     def _fenced_bump(
@@ -611,7 +609,7 @@ class DjangoJournal:
                 StepStatus.APPROVED,
             ]
         )
-        ids = []
+        # The caller (finish) saves the task and tells its watchers.
         for row in open_steps:
             task.rev += 1
             row.status = StepStatus.SKIPPED
@@ -620,9 +618,6 @@ class DjangoJournal:
             row.finished_at = row.finished_at or timezone.now()
             row.rev = task.rev
             row.save()
-            ids.append(row.pk)
-        if ids:
-            notify.steps_changed_on_commit(task.pk, ids)
 
     def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
         """A write's outcome is unknown and it is not safe to retry: ask a human.
@@ -655,7 +650,7 @@ class DjangoJournal:
             row.save()
             task.save(update_fields=["rev"])
             approval_create(task=task, step=row, recovery=True)
-            notify.steps_changed_on_commit(task.pk, [row.pk])
+            notify.task_changed_on_commit(task.pk)
         return row.record()
 
 

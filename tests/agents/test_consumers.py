@@ -28,6 +28,26 @@ def communicator(user, task_id, origin=ORIGIN):
 
 
 @database_sync_to_async
+def task_with_more_steps(task, count):
+    from agents.models import Task
+
+    row = Task.objects.get(pk=task.pk)
+    journal = runs.DjangoJournal(row, owner=row.lease_owner, epoch=row.lease_epoch)
+    start = row.steps.count() + 1
+    journal.append(
+        [
+            StepRecord(
+                seq=start + i,
+                kind=StepKind.NOTE,
+                status=StepStatus.SUCCEEDED,
+                detail={"text": f"note {start + i - 1}"},
+            )
+            for i in range(count)
+        ]
+    )
+
+
+@database_sync_to_async
 def task_with_steps(user, agent, count=3):
     conversation = runs.conversation_create(owner=user, agent=agent)
     task = runs.task_start(conversation=conversation, content="hello")
@@ -95,22 +115,29 @@ async def test_anonymous_users_and_foreign_origins_are_refused(alice, demo):
     assert not connected
 
 
-async def test_live_steps_are_pushed_to_the_task_group(alice, demo):
+async def test_a_poke_sends_every_change_since_the_last_one_then_the_task(alice, demo):
     from asgiref.sync import sync_to_async
 
     from agents.push import push, task_group
 
-    task = await task_with_steps(alice, demo.agent, count=0)
+    task = await task_with_steps(alice, demo.agent, count=1)
     comm = communicator(alice, str(task.pk))
     assert (await comm.connect())[0]
+    await task_with_more_steps(task, count=2)
+
     await sync_to_async(
-        lambda: push(
-            task_group(task.pk),
-            {"type": "reach.event", "event": {"type": "step", "x": 1}},
-        ).result(5)
+        lambda: push(task_group(task.pk), {"type": "reach.changed"}).result(5)
     )()
-    message = await comm.receive_json_from(timeout=5)
-    assert message == {"type": "step", "x": 1}
+    first, second, last = [await comm.receive_json_from(timeout=5) for _ in range(3)]
+    assert [m["step"]["seq"] for m in (first, second)] == [2, 3]
+    assert first["step"]["rev"] < second["step"]["rev"]
+    assert "note 1" in first["html"]
+    assert last["type"] == "task" and last["task"]["rev"] >= second["step"]["rev"]
+    # Nothing changed since: a second poke sends nothing.
+    await sync_to_async(
+        lambda: push(task_group(task.pk), {"type": "reach.changed"}).result(5)
+    )()
+    assert await comm.receive_nothing(timeout=0.5)
     await comm.disconnect()
 
 

@@ -83,22 +83,16 @@ def test_the_task_event_reads_only_its_columns_and_matches_the_full_payload(
     assert event is not None and event["task"] == full
 
 
-def test_a_run_pushes_only_ids_after_commit_in_order(alice, demo, monkeypatch):
+def test_a_run_pushes_one_empty_poke_per_write_after_commit(alice, demo, monkeypatch):
     journal = claimed(alice, demo)
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(
         notify, "push", lambda group, message: sent.append((group, message))
     )
-    with CaptureQueriesContext(connection):
-        [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
-    stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
-    # Ids only, no payload or rendering on the run's side: the steps and the task.
-    assert sent == [
-        (
-            f"task_{journal.task_id}",
-            {"type": "reach.steps", "ids": [stored.pk], "task": True},
-        )
-    ]
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+    # No payload or rendering on the run's side: the consumers read what changed.
+    assert sent == [(f"task_{journal.task_id}", {"type": "reach.changed"})] * 2
 
 
 def test_nothing_is_pushed_for_a_write_that_rolls_back(alice, demo, monkeypatch):
