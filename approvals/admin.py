@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from agents.admin import ReadOnlyAdmin
 from approvals.models import ApprovalRequest
+from registry.admin import ReadOnlyAdmin
 
 
 @admin.register(ApprovalRequest)

@@ -9,11 +9,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.api.views import paginate, redacted
-from agents.permissions import can_audit
 from approvals.models import ApprovalRequest
 from approvals.payloads import approval_payload
 from approvals.services import DecisionError, approval_decide, can_decide
+from runs.api.views import paginate, redacted
+from runs.permissions import can_audit
 
 
 def _approvals() -> QuerySet[ApprovalRequest]:

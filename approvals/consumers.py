@@ -6,8 +6,8 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
-from agents.consumers import ReachConsumer
-from agents.push import APPROVALS_GROUP
+from infra.push import APPROVALS_GROUP
+from runs.consumers import ReachConsumer
 
 
 class ApprovalsConsumer(ReachConsumer):
@@ -21,7 +21,7 @@ class ApprovalsConsumer(ReachConsumer):
 
     async def reach_approval(self, message: dict[str, Any]) -> None:
         """A request changed: send its committed state and card, rendered here."""
-        from agents.services.notify import load_approval_event
+        from approvals.events import load_approval_event
 
         event = await database_sync_to_async(load_approval_event)(message["id"])
         if event is not None:

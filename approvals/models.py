@@ -24,12 +24,12 @@ class ApprovalRequest(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.ACTION)
     task = models.ForeignKey(
-        "agents.Task", on_delete=models.CASCADE, related_name="approvals"
+        "runs.Task", on_delete=models.CASCADE, related_name="approvals"
     )
     # A step may be asked about more than once: approved first, then (after a
     # crash in the middle of it) a recovery request "did it happen?".
     step = models.ForeignKey(
-        "agents.Step", on_delete=models.CASCADE, related_name="approvals"
+        "runs.Step", on_delete=models.CASCADE, related_name="approvals"
     )
     tool = models.CharField(max_length=64, db_index=True)
     risk = models.CharField(max_length=20)

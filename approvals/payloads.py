@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.payloads import iso
 from approvals.models import ApprovalRequest
+from registry.payloads import iso
 
 
 def approval_payload(approval: ApprovalRequest) -> dict[str, Any]:

@@ -16,14 +16,15 @@ from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agents.engine.canonical import canonical_hash
-from agents.engine.policy import decide, render_preview
-from agents.engine.spec import Decision, StepStatus
-from agents.engine.validation import InvalidArguments, validate_arguments
-from agents.models import Step, Task
-from agents.services import notify
+from approvals import events as approval_events
 from approvals.models import ApprovalRequest, ApprovalVote
-from traces.services import audit_append
+from audit.services import audit_append
+from engine.canonical import canonical_hash
+from engine.policy import decide, render_preview
+from engine.spec import Decision, StepStatus
+from engine.validation import InvalidArguments, validate_arguments
+from runs import events as notify
+from runs.models import Step, Task
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def approval_create(
         object_id=approval.pk,
         data={"tool": approval.tool, "step": step.seq, "kind": approval.kind},
     )
-    notify.approval_changed_on_commit(approval.pk)
+    approval_events.approval_changed_on_commit(approval.pk)
     if settings.REACH_APPROVAL_EMAILS:
         transaction.on_commit(lambda: _email_approvers(approval.pk))
     return approval
@@ -100,7 +101,7 @@ def _tool_definition(task: Task, name: str) -> dict[str, Any]:
 
 
 def _preview(definition: dict[str, Any], arguments: dict[str, Any]) -> str:
-    from agents.services.tools import spec_from_definition
+    from registry.services import spec_from_definition
 
     if not definition:
         return ""
@@ -150,7 +151,7 @@ def approval_decide(
         raise DecisionError("You do not have permission to decide approvals.", 403)
     if decision not in ("approve", "reject", "mark_done"):
         raise DecisionError("decision must be 'approve' or 'reject'.", 400)
-    from agents.services.runtime import redactor
+    from infra.runtime import redactor
 
     # The reason goes back to the model and into the trace: never a secret.
     reason = redactor().text((reason or "").strip())
@@ -224,7 +225,7 @@ def approval_decide(
                     object_id=current.pk,
                     data={"edited": edited},
                 )
-                notify.approval_changed_on_commit(current.pk)
+                approval_events.approval_changed_on_commit(current.pk)
                 return ApprovalRequest.objects.get(pk=current.pk)
             status = ApprovalRequest.Status.APPROVED
         elif decision == "reject":
@@ -254,8 +255,8 @@ def approval_decide(
             object_id=current.pk,
             data={"decision": decision, "edited": edited and decision == "approve"},
         )
-        notify.approval_changed_on_commit(current.pk)
-        from agents.services.runs import enqueue_advance
+        approval_events.approval_changed_on_commit(current.pk)
+        from runs.services import enqueue_advance
 
         enqueue_advance(task.pk)
     return ApprovalRequest.objects.get(pk=approval.pk)
@@ -275,8 +276,8 @@ def _swap(current: ApprovalRequest, now: Any, **changes: Any) -> bool:
 def _validated_edit(
     task: Task, approval: ApprovalRequest, arguments: Any
 ) -> dict[str, Any]:
-    from agents.services.runtime import redactor
-    from agents.services.tools import spec_from_definition
+    from infra.runtime import redactor
+    from registry.services import spec_from_definition
 
     if not isinstance(arguments, dict):
         raise DecisionError("arguments must be a JSON object.", 400)
@@ -399,8 +400,8 @@ def approvals_expire() -> int:
                 object_id=approval.pk,
             )
             notify.task_changed_on_commit(task.pk)
-            notify.approval_changed_on_commit(approval.pk)
-            from agents.services.runs import enqueue_advance
+            approval_events.approval_changed_on_commit(approval.pk)
+            from runs.services import enqueue_advance
 
             enqueue_advance(task.pk)
             count += 1
@@ -426,7 +427,7 @@ def approvals_cancel_for_task(*, task: Task) -> None:
         step.rev = task.rev
         step.save()
         notify.task_changed_on_commit(task.pk)
-        notify.approval_changed_on_commit(approval.pk)
+        approval_events.approval_changed_on_commit(approval.pk)
         audit_append(
             kind="approval.cancelled",
             actor="system",

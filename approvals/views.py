@@ -17,10 +17,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
-from agents.models import Agent
-from agents.permissions import can_audit
 from approvals.models import ApprovalRequest
 from approvals.services import can_decide
+from registry.models import Agent
+from runs.permissions import can_audit
 
 FILTERS = ("tool", "risk", "agent", "user", "tainted")
 RISKS = ("read_only", "write", "irreversible")

@@ -147,7 +147,7 @@ def prepare(var_dir: Path) -> tuple[Any, dict[str, str]]:
     django.setup()
     from django.core.management import call_command
 
-    from agents.demo import seed_demo
+    from reach_site.demo import seed_demo
 
     call_command("migrate", verbosity=0)
     seed_demo()
@@ -166,8 +166,9 @@ def use_model(url: str) -> None:
 def platform_loop(model: Proc, tasks: int, steps: int) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
-    from agents.models import Agent, Task
-    from agents.services import runs
+    from registry.models import Agent
+    from runs import services as runs
+    from runs.models import Task
 
     alice = get_user_model().objects.get(username="alice")
     agent = Agent.objects.get(name="assistant")
@@ -204,9 +205,9 @@ class BareAgent:
         import httpx2
         import openai
 
-        from agents.engine.safe_eval import evaluate_arithmetic
-        from agents.models import Agent
-        from agents.services.tools import agent_snapshot, spec_from_definition
+        from engine.safe_eval import evaluate_arithmetic
+        from registry.models import Agent
+        from registry.services import agent_snapshot, spec_from_definition
 
         snapshot = agent_snapshot(Agent.objects.get(name="assistant"))
         self.instructions = snapshot["instructions"]
@@ -333,9 +334,10 @@ def concurrent(
 ) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
-    from agents.models import Agent, Task
-    from agents.services import runs
-    from agents.tasks import advance
+    from registry.models import Agent
+    from runs import services as runs
+    from runs.models import Task
+    from runs.tasks import advance
 
     model, url = start_model(env, "--script", "redis", "--latency", str(latency))
     threads = -(-concurrency // workers)

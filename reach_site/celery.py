@@ -16,7 +16,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_site.settings")
 
 app = Celery("reach_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["agents", "approvals", "traces"])
+app.autodiscover_tasks(["runs", "effects", "approvals", "traces"])
 
 
 @app.on_after_finalize.connect
@@ -60,7 +60,7 @@ def worker_heartbeat_start(
     key = WORKER_KEY_PREFIX + hostname
 
     def beat() -> None:
-        from agents.services.runtime import redis_client
+        from infra.runtime import redis_client
 
         while True:
             try:

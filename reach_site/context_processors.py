@@ -14,5 +14,5 @@ def reach(request: HttpRequest) -> dict[str, Any]:
         "can_approve": bool(
             user.is_authenticated and user.has_perm("approvals.decide_approval")
         ),
-        "can_audit": bool(user.is_authenticated and user.has_perm("agents.audit_task")),
+        "can_audit": bool(user.is_authenticated and user.has_perm("runs.audit_task")),
     }

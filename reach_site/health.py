@@ -19,7 +19,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
         failing.append("database")
     workers = 0
     try:
-        from agents.services.runtime import redis_client
+        from infra.runtime import redis_client
 
         client = redis_client()
         client.ping()

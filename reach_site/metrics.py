@@ -14,8 +14,8 @@ from django.db.models import Count, Min, Q
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from agents.models import Step, Task
 from approvals.models import ApprovalRequest
+from runs.models import Step, Task
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     queued = Task.objects.filter(status=Task.Status.QUEUED).count()
     lines.append(_line("reach_queue_depth", queued))
     try:
-        from agents.services.runtime import redis_client
+        from infra.runtime import redis_client
 
         broker = redis_client().llen("reach")
     except Exception:  # noqa: BLE001 - a scrape never fails on Redis

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from agents.consumers import TaskConsumer
 from approvals.consumers import ApprovalsConsumer
+from runs.consumers import TaskConsumer
 
 websocket_urlpatterns = [
     path("ws/tasks/<uuid:task_id>/", TaskConsumer.as_asgi()),

@@ -85,7 +85,11 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "reach_site",
-    "agents",
+    "agents",  # migration history only (agents/apps.py)
+    "audit",
+    "registry",
+    "runs",
+    "effects",
     "approvals",
     "traces",
 ]
@@ -260,7 +264,7 @@ REACH_EMAIL_DOMAIN = env_str("REACH_EMAIL_DOMAIN", "example.com")
 REACH_TOOL_THREADS = env_int("REACH_TOOL_THREADS", 32)
 REACH_MAX_ABANDONED_THREADS = env_int("REACH_MAX_ABANDONED_THREADS", 16)
 # Extension and testing hook: modules imported at start-up (agents/apps.py) so the
-# python tool handlers they register with agents.tools.registry.register exist in
+# python tool handlers they register with registry.handlers.register exist in
 # every process, e.g. REACH_EXTRA_TOOL_MODULES=tests.support.test_tools.
 REACH_EXTRA_TOOL_MODULES = env_list("REACH_EXTRA_TOOL_MODULES", "")
 
@@ -273,17 +277,17 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agent-reach@example.com")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "agents.api.auth.BearerTokenAuthentication",
+        "runs.api.auth.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["agents.api.renderers.UnicodeJSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["runs.api.renderers.UnicodeJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": env_str("REACH_API_RATE", "1200/min")},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-    "EXCEPTION_HANDLER": "agents.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "runs.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agent Reach API",
@@ -297,8 +301,8 @@ CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"redact": {"()": "agents.logging.RedactingFilter"}},
-    "formatters": {"json": {"()": "agents.logging.JsonFormatter"}},
+    "filters": {"redact": {"()": "infra.logging.RedactingFilter"}},
+    "formatters": {"json": {"()": "infra.logging.JsonFormatter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
@@ -319,7 +323,7 @@ REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
 # Traces: how long finished runs are kept (0 keeps them for ever).
 REACH_TRACE_RETENTION_DAYS = env_int("REACH_TRACE_RETENTION_DAYS", 0)
-# HTTP tools (agents/tools/http.py, agents/tools/ssrf.py).
+# HTTP tools (registry/adapters/http.py, registry/adapters/ssrf.py).
 # Hostnames (or IP networks) of internal services: calls to them stay "inside the
 # house" (no approval just for taint), and these names may resolve to private
 # addresses. Anything else must be public unless allowed_hosts lists the address.

@@ -7,12 +7,13 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from agents import views as chat
-from agents.api import views as api
 from approvals import api as approvals_api
 from approvals import views as approvals_views
+from effects import api as effects_api
 from reach_site.health import healthz
 from reach_site.metrics import metrics
+from runs import views as chat
+from runs.api import views as api
 from traces import api as traces_api
 from traces import views as traces_views
 
@@ -20,7 +21,7 @@ api_patterns = [
     path("agents/", api.AgentList.as_view()),
     path("tools/", api.ToolList.as_view()),
     path("tools/<str:name>/versions/", api.ToolVersions.as_view()),
-    path("notes/", api.NoteList.as_view()),
+    path("notes/", effects_api.NoteList.as_view()),
     path("conversations/", api.ConversationList.as_view()),
     path("conversations/<uuid:conversation_id>/", api.ConversationDetail.as_view()),
     path(

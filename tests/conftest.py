@@ -49,7 +49,7 @@ def bundled_redis() -> Iterator[BundledRedis]:
 def _reset_redis_users() -> None:
     from channels.layers import channel_layers
 
-    from agents.services import runtime
+    from infra import runtime
 
     runtime.redis_client.cache_clear()
     channel_layers.backends.clear()
@@ -71,7 +71,7 @@ def close_database_pools(
 
 @pytest.fixture
 def flush_redis(bundled_redis: BundledRedis) -> Iterator[None]:
-    from agents.services.runtime import redis_client
+    from infra.runtime import redis_client
 
     redis_client().flushdb()
     yield
@@ -83,8 +83,8 @@ def demo(django_db_blocker: Any) -> SimpleNamespace:
     """The demo seed: users, tools, notes and the assistant agent."""
     from django.contrib.auth import get_user_model
 
-    from agents.demo import seed_demo
-    from agents.models import Agent
+    from reach_site.demo import seed_demo
+    from registry.models import Agent
 
     seed_demo()
     users = get_user_model().objects
@@ -123,7 +123,7 @@ def api_client_for() -> Any:
     """``api_client_for(user)`` -> an APIClient holding a real bearer token."""
     from rest_framework.test import APIClient
 
-    from agents.api.auth import token_issue
+    from runs.api.auth import token_issue
 
     def make(user: Any) -> APIClient:
         _, key = token_issue(user=user, name="test")

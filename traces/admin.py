@@ -5,8 +5,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from agents.admin import ReadOnlyAdmin
-from traces.models import AuditEvent
+from audit.models import AuditEvent
+from registry.admin import ReadOnlyAdmin
 
 
 @admin.register(AuditEvent)

@@ -16,13 +16,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.api.views import visible_task
-from agents.permissions import can_audit
+from audit.services import audit_append, audit_json_lines
+from runs.api.views import visible_task
+from runs.permissions import can_audit
 from traces.export import trace_document
 from traces.fork import ForkError, task_fork
 from traces.imports import TraceInvalid, trace_import
 from traces.replay import TaskNotFinal, task_rerun
-from traces.services import audit_append, audit_json_lines
 
 
 class TaskTrace(APIView):

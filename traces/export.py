@@ -7,12 +7,12 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from agents.models import Task
-from agents.payloads import conversation_payload, step_payload, task_payload
-from agents.services.runtime import redactor
 from approvals.payloads import approval_payload
-from traces.models import AuditEvent
-from traces.services import audit_event_payload
+from audit.models import AuditEvent
+from audit.services import audit_event_payload
+from infra.runtime import redactor
+from runs.models import Task
+from runs.payloads import conversation_payload, step_payload, task_payload
 
 FORMAT = "reach.trace/v1"
 

@@ -15,17 +15,12 @@ from typing import Any
 
 from django.db import transaction
 
-from agents.engine.loop import Engine
-from agents.engine.model_client import ModelReply
-from agents.engine.spec import (
-    FINAL_STEP_STATUSES,
-    StepKind,
-    StepRecord,
-    StepStatus,
-    ToolCall,
-)
-from agents.models import Step, Task
-from agents.services import notify, runs
+from engine.loop import Engine
+from engine.model_client import ModelReply
+from engine.spec import FINAL_STEP_STATUSES, StepKind, StepRecord, StepStatus, ToolCall
+from runs import events as notify
+from runs import services as runs
+from runs.models import Step, Task
 
 
 class ForkError(Exception):
@@ -104,11 +99,11 @@ def task_fork(
     imported or not finished). Edited arguments that fail the tool's schema are
     refused with 400 rather than handed to the model as a failed call.
     """
-    from agents.services.runtime import executor, redactor
-    from agents.services.tools import toolbox_for_snapshot
     from approvals.services import approval_create
+    from audit.services import audit_append
+    from infra.runtime import executor, redactor
+    from registry.services import toolbox_for_snapshot
     from traces.replay import run_limits
-    from traces.services import audit_append
 
     steps, target = _check(task, from_seq, arguments, model)
     model_name = (model or "").strip() or task.model

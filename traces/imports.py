@@ -17,14 +17,15 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agents.engine.spec import (
+from engine.spec import (
     FINAL_TASK_STATUSES,
     StepKind,
     StepStatus,
     StopReason,
     TaskStatus,
 )
-from agents.models import Agent, Conversation, Message, Step, Task
+from registry.models import Agent
+from runs.models import Conversation, Message, Step, Task
 from traces.export import FORMAT
 
 MAX_STEPS = 20_000
@@ -257,8 +258,8 @@ def trace_import(*, document: Any, user: Any) -> Task:
 
     Raises :class:`TraceInvalid` listing what is wrong with the document.
     """
-    from agents.services.runtime import redactor
-    from traces.services import audit_append
+    from audit.services import audit_append
+    from infra.runtime import redactor
 
     errors = trace_validate(document)
     if errors:

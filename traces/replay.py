@@ -4,7 +4,7 @@ The recorded model replies stand in for the model and the recorded tool
 results (or errors) for the tools, so nothing is executed for real. The
 current engine — today's validation, policy, taint, limits and repeated-call
 rules, with today's tool definitions — plans the run again in a
-:class:`~agents.engine.memory.MemoryJournal`, and the steps it produces are
+:class:`~engine.memory.MemoryJournal`, and the steps it produces are
 compared with the recorded ones: kind, tool, canonical arguments, policy
 decision, status and error class (ids, timings and usage aside). Recorded
 approval decisions are replayed as decisions.
@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.engine.canonical import canonical_hash, canonical_json
-from agents.engine.execution import Executor, ToolError
-from agents.engine.loop import Control, Engine, Outcome
-from agents.engine.memory import MemoryJournal
-from agents.engine.model_client import ModelError, ModelReply, parse_message
-from agents.engine.redaction import Redactor
-from agents.engine.spec import (
+from engine.canonical import canonical_hash, canonical_json
+from engine.execution import Executor, ToolError
+from engine.loop import Control, Engine, Outcome
+from engine.memory import MemoryJournal
+from engine.model_client import ModelError, ModelReply, parse_message
+from engine.redaction import Redactor
+from engine.spec import (
     FINAL_STEP_STATUSES,
     CallContext,
     Handler,
@@ -442,8 +442,8 @@ def current_specs(task: Any) -> dict[str, ToolSpec]:
     tool). An imported trace may name tools this instance never had: those
     keep the definition the trace carries.
     """
-    from agents.models import Tool
-    from agents.services.tools import spec_for, spec_from_definition
+    from registry.models import Tool
+    from registry.services import spec_for, spec_from_definition
 
     definitions = {
         d["name"]: d
@@ -464,7 +464,7 @@ def current_specs(task: Any) -> dict[str, ToolSpec]:
 
 def recorded_run(task: Any) -> RecordedRun:
     """Load a finished task as a :class:`RecordedRun`."""
-    from agents.services.runs import _history, _system_prompt
+    from runs.services import _history, _system_prompt
     from traces.export import inherited_taint
 
     return RecordedRun(
@@ -495,7 +495,7 @@ def task_rerun(*, task: Any) -> RerunResult:
     Raises :class:`TaskNotFinal` while the task is queued, running or waiting.
     Nothing is executed and nothing is written.
     """
-    from agents.services.runtime import redactor
+    from infra.runtime import redactor
 
     if not task.is_final:
         raise TaskNotFinal(str(task.pk))

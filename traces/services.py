@@ -1,15 +1,7 @@
-"""Trace services: the append-only audit log, its verification and retention.
-
-The audit log carries no payloads: ids, kinds, actors, times and a hash chain.
-Each event's hash covers its content and the previous event's hash, so editing,
-deleting or reordering rows breaks the chain where it happened.
-"""
+"""Trace retention: purge old traces, leave an audit tombstone."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,138 +10,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents.engine.canonical import canonical_json
-from traces.models import AuditEvent, AuditHead
+from audit.services import audit_append
 
-GENESIS = "0" * 64
 #: Tasks deleted per purge transaction (each batch leaves one tombstone).
 PURGE_BATCH = 500
 
 
-def _actor_name(actor: Any) -> str:
-    if actor is None:
-        return ""
-    if isinstance(actor, str):
-        return actor
-    if getattr(actor, "is_authenticated", False):
-        return str(actor.get_username())
-    return ""
-
-
-def event_hash(event: AuditEvent) -> str:
-    """The sha256 of an event's canonical content, its position and its link."""
-    body = canonical_json(
-        {
-            "position": event.position,
-            "kind": event.kind,
-            "actor": event.actor,
-            "task_id": event.task_id,
-            "object_type": event.object_type,
-            "object_id": event.object_id,
-            "data": event.data,
-            "at": event.at.isoformat(),
-            "prev_hash": event.prev_hash,
-        }
-    )
-    return hashlib.sha256(body.encode()).hexdigest()
-
-
-def _redact(value: Any) -> Any:
-    from agents.services.runtime import redactor
-
-    return redactor().data(value)
-
-
-def audit_append(
-    *,
-    kind: str,
-    actor: Any = None,
-    task_id: Any = "",
-    object_type: str = "",
-    object_id: Any = "",
-    data: dict[str, Any] | None = None,
-) -> AuditEvent:
-    """Append one event to the chain, under a lock on the chain head.
-
-    The head row is locked (``select_for_update`` on PostgreSQL; SQLite's
-    IMMEDIATE transactions take the write lock up front), so concurrent appends
-    queue instead of forking the chain; ``position`` is unique as a backstop.
-    Everything recorded passes the redactor (a failed login's user name can be
-    a pasted password).
-    """
-    with transaction.atomic():
-        head, _ = AuditHead.objects.select_for_update().get_or_create(pk=1)
-        event = AuditEvent(
-            position=head.position + 1,
-            kind=kind,
-            actor=_redact(_actor_name(actor))[:150],
-            task_id=str(task_id or ""),
-            object_type=object_type,
-            object_id=_redact(str(object_id or ""))[:200],
-            data=_redact(data or {}),
-            at=timezone.now(),
-            prev_hash=head.hash,
-        )
-        event.hash = event_hash(event)
-        event.save()
-        head.position = event.position
-        head.hash = event.hash
-        head.save(update_fields=["position", "hash"])
-    return event
-
-
-def audit_verify() -> tuple[int, list[str]]:
-    """Check every event's hash and link; return (count checked, problems)."""
-    problems: list[str] = []
-    previous = GENESIS
-    expected_position = 1
-    count = 0
-    for event in AuditEvent.objects.order_by("position").iterator():
-        count += 1
-        if event.position != expected_position:
-            problems.append(
-                f"position {expected_position} is missing (found {event.position})"
-            )
-            expected_position = event.position
-        if event.prev_hash != previous:
-            problems.append(f"event {event.position}: link to the previous is broken")
-        if event_hash(event) != event.hash:
-            problems.append(f"event {event.position}: content does not match its hash")
-        previous = event.hash
-        expected_position += 1
-    head = AuditHead.objects.filter(pk=1).first()
-    if head is not None and head.position and head.hash != previous:
-        problems.append("the chain head does not match the last event (tail removed?)")
-    return count, problems
-
-
-def audit_event_payload(event: AuditEvent) -> dict[str, Any]:
-    """One audit event as JSON (exports, the JSON-lines log, trace documents)."""
-    return {
-        "position": event.position,
-        "kind": event.kind,
-        "actor": event.actor,
-        "task": event.task_id or None,
-        "object_type": event.object_type,
-        "object_id": event.object_id,
-        "data": event.data,
-        "at": event.at.isoformat(),
-        "prev_hash": event.prev_hash,
-        "hash": event.hash,
-    }
-
-
-def audit_json_lines(*, after: int = 0, limit: int | None = None) -> Iterator[str]:
-    """The log from ``after`` (a position) on, one JSON object per line."""
-    events = AuditEvent.objects.filter(position__gt=after).order_by("position")
-    if limit is not None:
-        events = events[:limit]
-    for event in events.iterator(chunk_size=500):
-        yield json.dumps(audit_event_payload(event), ensure_ascii=False) + "\n"
-
-
 def _purgeable(cutoff: Any) -> Any:
-    from agents.models import Task
+    from runs.models import Task
 
     # Local runs age from when they finished; imported ones from their import.
     return Task.objects.filter(
@@ -165,7 +33,7 @@ def traces_purge(*, now: Any = None) -> int:
     whole (its rows hold no payloads) and gains one ``traces.purged`` event per
     batch naming the deleted tasks. Returns the number of tasks deleted.
     """
-    from agents.models import Conversation, Message, Task
+    from runs.models import Conversation, Message, Task
 
     days = settings.REACH_TRACE_RETENTION_DAYS
     if days <= 0:

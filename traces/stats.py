@@ -11,8 +11,8 @@ from typing import Any
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
 
-from agents.models import Step, Task
 from approvals.models import ApprovalRequest
+from runs.models import Step, Task
 
 #: Statuses of calls that ran (their duration is a latency).
 EXECUTED = ("succeeded", "failed", "cached")

@@ -18,10 +18,11 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from agents.engine.canonical import dumps
-from agents.models import Agent, Message, Step, Task
-from agents.permissions import can_audit, visible_tasks
 from approvals.models import ApprovalRequest
+from engine.canonical import dumps
+from registry.models import Agent
+from runs.models import Message, Step, Task
+from runs.permissions import can_audit, visible_tasks
 from traces import charts, stats
 from traces.replay import policy_decision
 
@@ -296,7 +297,7 @@ def _state(step: Step, **changes: Any) -> Step:
 
 
 def _html(step: Step) -> str:
-    return render_to_string("agents/_step.html", {"step": step})
+    return render_to_string("runs/_step.html", {"step": step})
 
 
 def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import Task
 from approvals.models import ApprovalRequest
+from runs.models import Task
 
 EMAIL = {"to": "ops@example.com", "subject": "report", "body": "The weekly report."}
 TICKET = {"title": "Cache", "body": "Move the hot queries to Redis."}

@@ -19,15 +19,16 @@ from django.core import mail
 from django.db import connection
 from rest_framework.test import APIClient
 
-from agents.api.auth import token_issue
-from agents.models import Outbox, Step
-from agents.services import runs
 from approvals.models import ApprovalRequest, ApprovalVote
+from audit.models import AuditEvent
+from effects.models import Outbox
+from runs import services as runs
+from runs.api.auth import token_issue
+from runs.models import Step
 from tests.approvals.conftest import EMAIL, pending
 from tests.conftest import PASSWORD
 from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call, tool_calls
-from traces.models import AuditEvent
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
 
@@ -116,8 +117,8 @@ def test_fifty_concurrent_decisions_have_exactly_one_winner(alice, demo, model):
 def test_fifty_concurrent_approvals_under_the_two_person_rule_make_one_decision(
     alice, demo, model
 ):
-    from agents.models import Tool
-    from agents.services.tools import tool_save
+    from registry.models import Tool
+    from registry.services import tool_save
 
     tool = Tool.objects.get(name="send_email")
     tool.approvals_required = 2
@@ -151,7 +152,7 @@ def test_two_decisions_at_once_on_one_turn_still_resume_the_task(
     The enqueue runs the advance in the deciding thread right after its commit,
     as a worker picking it up at once would.
     """
-    from agents import tasks
+    from runs import tasks
 
     second = {**EMAIL, "to": "dev@example.com"}
     model(

@@ -15,11 +15,13 @@ from django.contrib.auth.models import Group
 from django.core import mail
 from django.utils import timezone
 
-from agents.engine.canonical import canonical_hash
-from agents.models import Outbox, Step, Ticket, Tool
-from agents.services.tools import tool_save
 from approvals.models import ApprovalRequest
 from approvals.tasks import expire
+from effects.models import Outbox, Ticket
+from engine.canonical import canonical_hash
+from registry.models import Tool
+from registry.services import tool_save
+from runs.models import Step
 from tests.approvals.conftest import EMAIL, TICKET, pending, tool_messages
 from tests.conftest import PASSWORD
 from tests.support.runs import advance, ask

@@ -10,11 +10,11 @@ import pytest
 from django.core import mail
 from django.db import connection
 
-from agents.engine.execution import ToolError
-from agents.engine.spec import CallContext
-from agents.models import Outbox, Ticket, ToolExecution
-from agents.services.effects import message_id_for
-from agents.services.tools import agent_snapshot, toolbox_for_snapshot
+from effects.models import Outbox, Ticket, ToolExecution
+from effects.services import message_id_for
+from engine.execution import ToolError
+from engine.spec import CallContext
+from registry.services import agent_snapshot, toolbox_for_snapshot
 from tests.approvals.conftest import EMAIL, TICKET
 
 pytestmark = pytest.mark.django_db(transaction=True)

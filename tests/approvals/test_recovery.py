@@ -15,10 +15,11 @@ from django.core import mail
 from django.test import Client
 from django.utils import timezone
 
-from agents.models import Outbox, Step, Task, ToolExecution
-from agents.services.tools import toolbox_for_snapshot
 from approvals.models import ApprovalRequest
 from approvals.services import RECOVERY_REASON
+from effects.models import Outbox, ToolExecution
+from registry.services import toolbox_for_snapshot
+from runs.models import Step, Task
 from tests.approvals.conftest import EMAIL, pending, tool_messages
 from tests.support.runs import advance, ask
 from tests.support.scripted_model import Script, text, tool_call
@@ -40,7 +41,7 @@ def crash_while_sending(task: Task, *, effect_happened: bool) -> Step:
     if effect_happened:
         # The handler committed its ledger row and sent the mail, then the
         # worker died before the step's result was written.
-        from agents.engine.spec import CallContext
+        from engine.spec import CallContext
 
         toolbox = toolbox_for_snapshot(task.agent_snapshot)
         spec = toolbox.specs["send_email"]

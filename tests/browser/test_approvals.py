@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from agents.models import Outbox
 from approvals.models import ApprovalRequest
+from effects.models import Outbox
 from tests.browser.conftest import TIMEOUT_MS, log_in
 from tests.integration.conftest import Stack
 from tests.support.scripted_model import (

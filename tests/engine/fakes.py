@@ -8,11 +8,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agents.engine.execution import Executor
-from agents.engine.loop import Engine
-from agents.engine.memory import MemoryJournal
-from agents.engine.model_client import ModelError, ModelReply, parse_message
-from agents.engine.spec import (
+from engine.execution import Executor
+from engine.loop import Engine
+from engine.memory import MemoryJournal
+from engine.model_client import ModelError, ModelReply, parse_message
+from engine.spec import (
     ApprovalMode,
     Attempt,
     Limits,
@@ -135,8 +135,8 @@ def calculator_spec() -> ToolSpec:
 
 
 def calculate_handler(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
-    from agents.engine.execution import ToolError
-    from agents.engine.safe_eval import EvaluationError, evaluate_arithmetic
+    from engine.execution import ToolError
+    from engine.safe_eval import EvaluationError, evaluate_arithmetic
 
     try:
         return {

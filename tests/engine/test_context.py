@@ -6,12 +6,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agents.engine.canonical import dumps
-from agents.engine.context import DATA_NOTICE, TokenEstimator, estimate_chars_tokens
-from agents.engine.loop import Outcome
-from agents.engine.memory import MemoryJournal
-from agents.engine.model_client import ModelReply
-from agents.engine.spec import Limits, StepKind, StepRecord, StepStatus, StopReason
+from engine.canonical import dumps
+from engine.context import DATA_NOTICE, TokenEstimator, estimate_chars_tokens
+from engine.loop import Outcome
+from engine.memory import MemoryJournal
+from engine.model_client import ModelReply
+from engine.spec import Limits, StepKind, StepRecord, StepStatus, StopReason
 
 from .fakes import FakeModel, call, calls, journal, make_engine, spec, text
 

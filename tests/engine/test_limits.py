@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from agents.engine import execution
-from agents.engine.canonical import canonical_hash
-from agents.engine.execution import Executor, RetryableToolError, ToolError
-from agents.engine.loop import Outcome
-from agents.engine.memory import MemoryJournal
-from agents.engine.spec import (
+from engine import execution
+from engine.canonical import canonical_hash
+from engine.execution import Executor, RetryableToolError, ToolError
+from engine.loop import Outcome
+from engine.memory import MemoryJournal
+from engine.spec import (
     ApprovalMode,
     Limits,
     Risk,
@@ -673,7 +673,7 @@ def test_a_repeated_call_gets_the_earlier_result_within_the_same_size_limit():
     assert len(content) < 500
 
 
-# -- cache and rate limit (engine side; Redis in tests/agents) ---------------------
+# -- cache and rate limit (engine side; Redis in tests/runs) ---------------------
 
 
 class DictCache:

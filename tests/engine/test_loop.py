@@ -8,16 +8,9 @@ import threading
 import time
 from typing import Any
 
-from agents.engine.execution import Executor
-from agents.engine.loop import Outcome
-from agents.engine.spec import (
-    ApprovalMode,
-    Limits,
-    Risk,
-    StepKind,
-    StepStatus,
-    StopReason,
-)
+from engine.execution import Executor
+from engine.loop import Outcome
+from engine.spec import ApprovalMode, Limits, Risk, StepKind, StepStatus, StopReason
 
 from .fakes import (
     FakeModel,
@@ -202,7 +195,7 @@ def test_a_call_needing_approval_parks_the_run_and_resumes_after_approval():
     assert step.detail["approval"]["reasons"]
     assert calls_made == []
 
-    from agents.engine.canonical import canonical_hash
+    from engine.canonical import canonical_hash
 
     j.decide(
         step.seq,
@@ -250,7 +243,7 @@ def test_rejection_reason_reaches_the_model():
 
 
 def test_secrets_are_redacted_from_arguments_before_they_are_persisted():
-    from agents.engine.redaction import Redactor
+    from engine.redaction import Redactor
 
     seen = []
     model = FakeModel(

@@ -1,4 +1,4 @@
-"""Tests for agents.engine.safe_eval: arithmetic for `calculate`, approval rules."""
+"""Tests for engine.safe_eval: arithmetic for `calculate`, approval rules."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.engine import safe_eval
-from agents.engine.safe_eval import (
+from engine import safe_eval
+from engine.safe_eval import (
     MAX_DEPTH,
     MAX_EXPRESSION_LENGTH,
     MAX_NODES,
@@ -325,7 +325,7 @@ def test_the_module_never_calls_eval_exec_or_compile() -> None:
 
 def test_the_module_does_not_import_django() -> None:
     code = (
-        "import sys; import agents.engine.safe_eval; "
+        "import sys; import engine.safe_eval; "
         "sys.exit(any(m == 'django' or m.startswith('django.') for m in sys.modules))"
     )
     root = Path(__file__).resolve().parents[2]

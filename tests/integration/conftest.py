@@ -226,6 +226,6 @@ def stack(
         yield stack
     finally:
         stack.stop()
-        from agents.services.runtime import redis_client
+        from infra.runtime import redis_client
 
         redis_client().flushdb()

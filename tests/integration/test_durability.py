@@ -21,8 +21,9 @@ import pytest
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
-from agents.models import Step, Task, Ticket, ToolExecution
-from agents.services import runs
+from effects.models import Ticket, ToolExecution
+from runs import services as runs
+from runs.models import Step, Task
 from tests.integration.conftest import Stack, wait_for
 from tests.support import extra_tools
 from tests.support.scripted_model import (

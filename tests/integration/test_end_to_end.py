@@ -26,7 +26,7 @@ def session_cookie(user) -> str:
 def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
     stack: Stack, alice, api_client_for
 ):
-    from agents.api.auth import token_issue
+    from runs.api.auth import token_issue
 
     stack.start_model("redis", latency=0.3)
     stack.start_worker()
@@ -89,7 +89,7 @@ def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
 def test_the_socket_refuses_a_foreign_origin_and_another_user(
     stack: Stack, alice, bob, demo
 ):
-    from agents.services import runs
+    from runs import services as runs
 
     stack.start_web()
     conversation = runs.conversation_create(owner=alice, agent=demo.agent)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.localmodel import install
+from localmodel import install
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_SECONDS = 600.0
@@ -21,18 +21,18 @@ READY_TIMEOUT_SECONDS = 600.0
 
 def _skip_reason() -> str | None:
     if not install.runtime_installed():
-        return "llama-cpp-python is not installed (python -m agents.localmodel.install)"
+        return "llama-cpp-python is not installed (python -m localmodel.install)"
     if not install.is_installed():
         return (
             f"the local model is not installed in {install.model_path().parent} "
-            "(python -m agents.localmodel.install)"
+            "(python -m localmodel.install)"
         )
     return None
 
 
 @pytest.fixture(scope="session")
 def local_model_url() -> Iterator[str]:
-    """Start ``python -m agents.localmodel.server`` on a free loopback port and
+    """Start ``python -m localmodel.server`` on a free loopback port and
     yield its ``/v1`` URL once it printed READY."""
     reason = _skip_reason()
     if reason:
@@ -43,7 +43,7 @@ def local_model_url() -> Iterator[str]:
             [
                 sys.executable,
                 "-m",
-                "agents.localmodel.server",
+                "localmodel.server",
                 "--model",
                 str(install.model_path()),
                 "--host",

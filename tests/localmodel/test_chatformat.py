@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agents.localmodel import chatformat
-from agents.localmodel.chatformat import (
+from localmodel import chatformat
+from localmodel.chatformat import (
     IM_END,
     IM_START,
     ParsedReply,

@@ -2,7 +2,7 @@
 ``openai`` SDK, temperature 0.
 
 Skipped when llama-cpp-python or the verified weights are not installed
-(``python -m agents.localmodel.install``).
+(``python -m localmodel.install``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agents.localmodel import MODEL_ALIAS
+from localmodel import MODEL_ALIAS
 
 # A few seconds per request on an idle machine; minutes when other processes
 # compete for the two cores, hence the generous limits.

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.engine.safe_eval import evaluate_arithmetic
-from agents.services import runs
+from engine.safe_eval import evaluate_arithmetic
+from runs import services as runs
 
 pytestmark = [
     pytest.mark.localmodel,

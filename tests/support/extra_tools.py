@@ -16,9 +16,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from agents.engine.execution import RetryableToolError, ToolError
-from agents.engine.spec import CallContext
-from agents.tools.registry import register
+from engine.execution import RetryableToolError, ToolError
+from engine.spec import CallContext
+from registry.handlers import register
 
 #: Executions per tool name in this process.
 EXECUTIONS: Counter[str] = Counter()
@@ -123,8 +123,8 @@ def big_lookup(arguments: dict[str, Any], context: CallContext) -> dict[str, Any
 
 def install(name: str, *, schema: dict[str, Any] | None = None, **fields: Any) -> Any:
     """Register a Tool row for handler ``name``, offered to the demo agent."""
-    from agents.models import Tool
-    from agents.services.tools import tool_save
+    from registry.models import Tool
+    from registry.services import tool_save
 
     tool = Tool.objects.filter(name=name).first() or Tool(name=name)
     tool.description = f"Test tool {name}: looks a key up."

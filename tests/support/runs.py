@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.models import Task
-from agents.services import runs
+from runs import services as runs
+from runs.models import Task
 
 
 def ask(user: Any, agent: Any, content: str, conversation: Any = None) -> Task:

@@ -11,9 +11,9 @@ from typing import Any
 
 from django.test import Client
 
-from agents.models import Task
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
+from runs.models import Task
 from tests.integration.conftest import stack  # noqa: F401 - a fixture, re-exported
 from tests.support.runs import advance
 

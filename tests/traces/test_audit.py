@@ -15,15 +15,15 @@ from django.test import Client, RequestFactory
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from agents.models import Agent, Tool
-from agents.services.tools import tool_from_definition, tool_save
 from approvals.models import ApprovalRequest
 from approvals.services import approvals_expire
+from audit.models import AuditEvent, AuditHead
+from audit.services import GENESIS, audit_append, audit_verify
+from registry.models import Agent, Tool
+from registry.services import tool_from_definition, tool_save
 from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
 from tests.traces.conftest import EMAIL, QUESTION, decide
-from traces.models import AuditEvent, AuditHead
-from traces.services import GENESIS, audit_append, audit_verify
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,7 +61,7 @@ def test_every_listed_event_is_appended(
     tool.enabled = True
     tool_save(tool=tool, user=admin_user)
     # The agent, changed in the admin.
-    request = RequestFactory().post("/admin/agents/agent/")
+    request = RequestFactory().post("/admin/registry/agent/")
     request.user = admin_user
     agent = Agent.objects.get(name="assistant")
     agent.max_steps = 11
@@ -188,7 +188,7 @@ def test_verify_audit_detects_a_removed_tail(db):
 
 def test_verify_audit_detects_a_rehashed_edit(db):
     """Recomputing the edited row's own hash still breaks the next link."""
-    from traces.services import event_hash
+    from audit.services import event_hash
 
     def rehash() -> None:
         event = AuditEvent.objects.get(position=3)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from agents.models import Task, Ticket
+from effects.models import Ticket
+from runs.models import Task
 from tests.support.runs import advance, ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
 from tests.traces.conftest import QUESTION, TICKET, decide, logged_in

@@ -8,12 +8,12 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from agents.models import Step, Task
-from agents.services import runs
+from audit.models import AuditEvent
+from runs import services as runs
+from runs.models import Step, Task
 from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
 from tests.traces.conftest import EMAIL, QUESTION, decide, logged_in
-from traces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,9 +10,9 @@ from html import unescape
 import pytest
 from django.utils import timezone
 
-from agents.engine.spec import StepKind, StepRecord, StepStatus, StopReason
-from agents.models import Task
-from agents.services import runs
+from engine.spec import StepKind, StepRecord, StepStatus, StopReason
+from runs import services as runs
+from runs.models import Task
 from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call, tool_calls
 from tests.traces.conftest import EMAIL, decide, logged_in

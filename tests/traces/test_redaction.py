@@ -16,19 +16,19 @@ from channels.testing import WebsocketCommunicator
 from django.forms.models import model_to_dict
 from django.test import Client
 
-from agents.consumers import TaskConsumer
-from agents.engine.spec import CallContext
-from agents.logging import JsonFormatter, RedactingFilter
-from agents.models import Message, Step, Task
-from agents.services.runtime import redactor
-from agents.services.secrets import secret_set
-from agents.services.tools import tool_from_definition, tool_save
-from agents.tools.registry import register
 from approvals.models import ApprovalRequest
+from audit.models import AuditEvent
+from engine.spec import CallContext
+from infra.logging import JsonFormatter, RedactingFilter
+from infra.runtime import redactor
+from registry.handlers import register
+from registry.secrets import secret_set
+from registry.services import tool_from_definition, tool_save
+from runs.consumers import TaskConsumer
+from runs.models import Message, Step, Task
 from tests.support.runs import ask
 from tests.support.scripted_model import Script, error, text, tool_call, tool_calls
 from tests.traces.conftest import decide, logged_in
-from traces.models import AuditEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

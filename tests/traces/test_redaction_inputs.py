@@ -7,10 +7,10 @@ import logging
 
 import pytest
 
-from agents.logging import JsonFormatter, RedactingFilter
-from agents.models import Message
-from agents.services import runs
 from approvals.services import approval_decide
+from infra.logging import JsonFormatter, RedactingFilter
+from runs import services as runs
+from runs.models import Message
 from tests.support.runs import ask
 from tests.support.scripted_model import Script, text, tool_call
 

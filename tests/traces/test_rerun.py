@@ -8,9 +8,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
-from agents.models import Ticket, Tool
-from agents.services import runs
-from agents.services.tools import tool_save
+from effects.models import Ticket
+from registry.models import Tool
+from registry.services import tool_save
+from runs import services as runs
 from tests.support.runs import ask
 from tests.support.scripted_model import (
     RedisScript,
@@ -270,7 +271,7 @@ def test_a_run_stopped_by_its_time_budget_re_runs_to_the_same_stop(alice, demo, 
 
 
 def test_a_run_that_ended_in_an_internal_error_re_runs_to_the_same_end():
-    from agents.engine.spec import Limits, StepKind, StepRecord, StepStatus, ToolSpec
+    from engine.spec import Limits, StepKind, StepRecord, StepStatus, ToolSpec
     from traces.replay import RecordedRun, rerun
 
     calculate = ToolSpec(

@@ -7,13 +7,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.models import Conversation, Message, Step, Task
 from approvals.models import ApprovalRequest
+from audit.models import AuditEvent
+from audit.services import audit_verify
+from runs.models import Conversation, Message, Step, Task
 from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, Script, text, tool_call
 from tests.traces.conftest import EMAIL, QUESTION, decide
-from traces.models import AuditEvent
-from traces.services import audit_verify, traces_purge
+from traces.services import traces_purge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -67,7 +67,7 @@ DEMO_USERS = ("admin", "operator", "alice", "bob")
 #: ``var/up.pids`` is recognised as ours before it is signalled.
 MARKERS: dict[str, tuple[str, ...]] = {
     "redis": ("redis-server",),
-    "model": ("agents.localmodel.server",),
+    "model": ("localmodel.server",),
     "web": ("daphne", "reach_site.asgi:application"),
     "worker": ("celery", "worker"),
     "beat": ("celery", "beat"),
@@ -765,7 +765,7 @@ class Command(BaseCommand):
         """Start the local model server (installing it first if needed) and
         publish its URL."""
         try:
-            from agents.localmodel.install import is_installed, model_path
+            from localmodel.install import is_installed, model_path
         except ImportError as error:
             raise StartupError(
                 f"the local model support cannot be imported ({error}); set "
@@ -780,7 +780,7 @@ class Command(BaseCommand):
             )
             code = supervisor.run_once(
                 "install",
-                [sys.executable, "-m", "agents.localmodel.install"]
+                [sys.executable, "-m", "localmodel.install"]
                 + ["--var", str(plan.var_dir)],
                 env,
             )
@@ -795,7 +795,7 @@ class Command(BaseCommand):
         supervisor.start(
             Child(
                 name="model",
-                argv=[sys.executable, "-m", "agents.localmodel.server", "--model"]
+                argv=[sys.executable, "-m", "localmodel.server", "--model"]
                 + [str(model_path(plan.var_dir)), "--host", LOOPBACK]
                 + ["--port", str(port)],
                 env=env,

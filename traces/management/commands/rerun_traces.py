@@ -11,8 +11,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.engine.spec import FINAL_TASK_STATUSES
-from agents.models import Task
+from engine.spec import FINAL_TASK_STATUSES
+from runs.models import Task
 from traces.replay import task_rerun
 from traces.views import parse_day
 

@@ -1,0 +1,39 @@
+"""Approval events: a poke after commit; the queue's consumer renders the card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.template.loader import render_to_string
+
+from infra.push import APPROVALS_GROUP, push
+from infra.runtime import redactor
+
+
+def approval_changed_on_commit(approval_id: Any) -> None:
+    """After commit, tell the approval queues that this request changed."""
+    message = {"type": "reach.approval", "id": str(approval_id)}
+    transaction.on_commit(lambda: push(APPROVALS_GROUP, message))
+
+
+def load_approval_event(approval_id: Any) -> dict[str, Any] | None:
+    """The approval event, with its rendered card (the consumer's side)."""
+    from approvals.models import ApprovalRequest
+    from approvals.payloads import approval_payload
+
+    approval = (
+        ApprovalRequest.objects.select_related(
+            "task__agent", "requested_by", "decided_by", "step"
+        )
+        .prefetch_related("votes__user")
+        .filter(pk=approval_id)
+        .first()
+    )
+    if approval is None:
+        return None
+    return {
+        "type": "approval",
+        "approval": redactor().data(approval_payload(approval)),
+        "html": render_to_string("approvals/_card.html", {"approval": approval}),
+    }

@@ -1,0 +1,29 @@
+"""Requests point at runs.Task and runs.Step (the same tables as before)."""
+
+import django.db.models.deletion
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ('approvals', '0002_step_may_have_several_requests'),
+        ('runs', '0001_initial'),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+            migrations.AlterField(
+                model_name='approvalrequest',
+                name='step',
+                field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='approvals', to='runs.step'),
+            ),
+            migrations.AlterField(
+                model_name='approvalrequest',
+                name='task',
+                field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='approvals', to='runs.task'),
+            ),
+            ],
+        ),
+    ]

@@ -1,0 +1,59 @@
+"""The notes API (the knowledge ``search_notes`` reads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import ValidationError as ApiValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from effects.models import Note
+from registry.permissions import can_register_tools
+from runs.api import schema
+from runs.api.views import paginate
+from runs.permissions import can_audit
+
+
+class NoteList(APIView):
+    @extend_schema(responses=schema.NoteSchema(many=True))
+    def get(self, request: Request) -> Response:
+        notes = Note.objects.order_by("-created_at", "-id")
+        query = request.query_params.get("q", "").strip()
+        if query:
+            notes = notes.filter(
+                Q(title__icontains=query) | Q(content__icontains=query)
+            )
+        page, headers = paginate(request, notes)
+        return Response([_note(n) for n in page], headers=headers)
+
+    @extend_schema(request=schema.NoteSchema, responses={201: schema.NoteSchema})
+    def post(self, request: Request) -> Response:
+        user = request.user
+        if not (can_register_tools(user) or can_audit(user)):
+            raise PermissionDenied("Only admins and auditors add notes.")
+        title = str(request.data.get("title", "")).strip()
+        content = str(request.data.get("content", "")).strip()
+        errors = {}
+        if not title:
+            errors["title"] = "A title is required."
+        if not content:
+            errors["content"] = "Content is required."
+        if errors:
+            raise ApiValidationError(errors)
+        note = Note.objects.create(title=title[:200], content=content, author=user)
+        return Response(_note(note), status=status.HTTP_201_CREATED)
+
+
+def _note(note: Note) -> dict[str, Any]:
+    return {
+        "id": note.pk,
+        "title": note.title,
+        "content": note.content,
+        "created_at": note.created_at.isoformat(),
+    }

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class EffectsConfig(AppConfig):
+    name = "effects"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The built-in handlers register themselves with the registry on import.
+        from effects import builtins  # noqa: F401

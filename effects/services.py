@@ -1,0 +1,135 @@
+"""The effect ledger: every write happens once per idempotency key.
+
+A write and its ledger row commit in one transaction; a second execution with
+the same key returns the stored result and does nothing. Mail cannot join a
+database transaction, so ``send_email`` writes an outbox row in the ledger's
+transaction and the dispatcher sends it with a ``Message-ID`` derived from the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.mail import EmailMessage
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from effects.models import Outbox, ToolExecution
+from engine.canonical import canonical_hash
+from engine.execution import ToolError
+from engine.spec import CallContext
+
+log = logging.getLogger(__name__)
+
+
+def effect_once(
+    *,
+    context: CallContext,
+    arguments: dict[str, Any],
+    effect: Callable[[], dict[str, Any]],
+) -> dict[str, Any]:
+    """Run ``effect`` and record it under the call's key, unless already done."""
+    key = context.idempotency_key
+    if not key:
+        raise ToolError("This write has no idempotency key; refused.")
+    args_hash = canonical_hash(arguments)
+    try:
+        with transaction.atomic():
+            done = ToolExecution.objects.filter(idempotency_key=key).first()
+            if done is not None:
+                return _replay(done, args_hash)
+            result = effect()
+            ToolExecution.objects.create(
+                idempotency_key=key,
+                tool=context.tool.name,
+                task_id=context.task_id or None,
+                arguments_hash=args_hash,
+                status=ToolExecution.Status.DONE,
+                result=result,
+            )
+            return result
+    except IntegrityError:
+        # A concurrent execution with the same key won; return what it stored.
+        done = ToolExecution.objects.get(idempotency_key=key)
+        return _replay(done, args_hash)
+
+
+def _replay(done: ToolExecution, args_hash: str) -> dict[str, Any]:
+    if done.arguments_hash != args_hash:
+        raise ToolError(
+            "This idempotency key was already used with other arguments; refused."
+        )
+    return {**(done.result or {}), "deduplicated": True}
+
+
+def message_id_for(key: str) -> str:
+    digest = hashlib.sha256(key.encode()).hexdigest()[:40]
+    return f"<{digest}@agent-reach>"
+
+
+def queue_email(*, key: str, to: str, subject: str, body: str) -> dict[str, Any]:
+    row = Outbox.objects.create(
+        idempotency_key=key,
+        message_id=message_id_for(key),
+        to=to,
+        subject=subject,
+        body=body,
+    )
+    return {"status": "queued", "to": row.to, "message_id": row.message_id}
+
+
+def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
+    """Send pending mail (one key, or a batch); return the status of ``key``."""
+    rows = Outbox.objects.filter(status=Outbox.Status.PENDING)
+    if key is not None:
+        rows = rows.filter(idempotency_key=key)
+    status = None
+    for row in list(rows.order_by("created_at")[:limit]):
+        # Claim the row so two dispatchers never send it twice.
+        claimed = Outbox.objects.filter(pk=row.pk, status=Outbox.Status.PENDING).update(
+            status="sending", attempts=row.attempts + 1
+        )
+        if not claimed:
+            continue
+        message = EmailMessage(
+            subject=row.subject,
+            body=row.body,
+            from_email=settings.DEFAULT_FROM_EMAIL,
+            to=[row.to],
+            headers={"Message-ID": row.message_id},
+        )
+        try:
+            message.send(fail_silently=False)
+        except Exception as exc:  # noqa: BLE001 - retried by the beat dispatcher
+            log.warning("sending %s failed: %s", row.message_id, exc)
+            Outbox.objects.filter(pk=row.pk).update(
+                status=Outbox.Status.PENDING, last_error=str(exc)[:500]
+            )
+            status = "queued"
+            continue
+        Outbox.objects.filter(pk=row.pk).update(
+            status=Outbox.Status.SENT, sent_at=timezone.now()
+        )
+        status = "sent"
+    if key is not None and status is None:
+        row = Outbox.objects.filter(idempotency_key=key).first()
+        status = row.status if row else None
+    return status
+
+
+def outbox_reset_stuck(older_than_s: int = 600) -> int:
+    """Mail left 'sending' by a crashed dispatcher goes back to pending.
+
+    Its Message-ID is derived from the idempotency key, so a receiver that got
+    the first copy recognises the second.
+    """
+    from datetime import timedelta
+
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    return Outbox.objects.filter(status="sending", created_at__lt=cutoff).update(
+        status=Outbox.Status.PENDING
+    )

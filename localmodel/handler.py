@@ -1,0 +1,167 @@
+"""The ``reach-tools`` chat handler for llama-cpp-python.
+
+Importing this module registers the handler under the chat format name
+``reach-tools``, so ``Llama(..., chat_format="reach-tools")`` and the llama-cpp-python
+server use it. Compared with the stock ``chatml-function-calling`` handler it
+
+- treats tools without ``tool_choice`` as ``auto`` (the OpenAI default);
+- renders ``role: "tool"`` results, as Qwen2.5's ``<tool_response>`` blocks;
+- generates text answers under a grammar that allows text, so they are not empty;
+- never HTML-escapes the prompt;
+- tokenizes message content without control tokens, so a tool result cannot forge a
+  turn;
+- constrains the output in one pass: a text answer or a tool call whose arguments
+  follow the tool's JSON schema (one call per reply: asked for several, the small
+  model guesses the later calls' arguments before it sees the first result; a
+  ``parallel_tool_calls=True`` keyword allows up to eight, but the llama-cpp-python
+  server does not pass that field on).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+import llama_cpp
+from llama_cpp import llama_chat_format
+from llama_cpp.llama_grammar import LlamaGrammar
+
+from localmodel import CHAT_FORMAT, chatformat
+
+logger = logging.getLogger(__name__)
+
+# A reply longer than this without an explicit max_tokens is a small model looping.
+DEFAULT_MAX_TOKENS = 1024
+
+
+def tokenize_prompt(
+    llama: llama_cpp.Llama, segments: Sequence[chatformat.Segment]
+) -> list[int]:
+    """Tokenize prompt segments: control tokens only in template segments."""
+    tokens: list[int] = []
+    for segment in segments:
+        if segment.text:
+            tokens.extend(
+                llama.tokenize(
+                    segment.text.encode("utf-8"), add_bos=False, special=segment.special
+                )
+            )
+    return tokens
+
+
+def reach_tools_chat_handler(
+    *,
+    llama: llama_cpp.Llama,
+    messages: list[dict[str, Any]],
+    functions: list[dict[str, Any]] | None = None,
+    function_call: Any = None,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    temperature: float = 0.2,
+    top_p: float = 0.95,
+    top_k: int = 40,
+    min_p: float = 0.05,
+    typical_p: float = 1.0,
+    stream: bool = False,
+    stop: str | list[str] | None = None,
+    seed: int | None = None,
+    response_format: Any = None,
+    max_tokens: int | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    repeat_penalty: float = 1.0,
+    tfs_z: float = 1.0,
+    mirostat_mode: int = 0,
+    mirostat_tau: float = 5.0,
+    mirostat_eta: float = 0.1,
+    model: str | None = None,
+    logits_processor: Any = None,
+    grammar: LlamaGrammar | None = None,
+    logit_bias: Any = None,
+    logprobs: bool | None = None,
+    top_logprobs: int | None = None,
+    **kwargs: Any,
+) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    """Answer one OpenAI chat request with a ``chat.completion`` dict (or, with
+    ``stream``, the same completion replayed as chunks)."""
+    plan = chatformat.plan_request(
+        messages,
+        tools,
+        tool_choice,
+        functions=functions,
+        function_call=function_call,
+        response_format=response_format,
+        parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
+    )
+    prompt = tokenize_prompt(llama, plan.segments)
+    room = llama.n_ctx() - len(prompt)
+    if room <= 0:
+        raise ValueError(
+            f"the prompt has {len(prompt)} tokens, more than the context window of "
+            f"{llama.n_ctx()}"
+        )
+    wanted = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
+    limit = min(wanted, room)
+    if plan.grammar is not None:
+        grammar = LlamaGrammar.from_string(plan.grammar, verbose=False)
+    stops = list(chatformat.STOP_STRINGS)
+    if isinstance(stop, str):
+        stops.append(stop)
+    elif stop:
+        stops.extend(stop)
+    completion: Any = llama.create_completion(
+        prompt=prompt,
+        max_tokens=limit,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        typical_p=typical_p,
+        stop=stops,
+        seed=seed,
+        stream=False,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+        repeat_penalty=repeat_penalty,
+        tfs_z=tfs_z,
+        mirostat_mode=mirostat_mode,
+        mirostat_tau=mirostat_tau,
+        mirostat_eta=mirostat_eta,
+        model=model,
+        logits_processor=logits_processor,
+        grammar=grammar,
+        logit_bias=logit_bias,
+    )
+    choice = completion["choices"][0]
+    reply = chatformat.parse_completion(
+        choice["text"], plan.tool_names, tool_mode=plan.tool_mode
+    )
+    for error in reply.errors:
+        logger.warning("local model: %s", error)
+    usage = completion.get("usage") or {}
+    result = chatformat.build_chat_completion(
+        reply,
+        model=completion["model"],
+        prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
+        completion_tokens=int(usage.get("completion_tokens", 0)),
+        finish_reason=choice.get("finish_reason"),
+        completion_id="chat" + completion["id"],
+        created=completion["created"],
+    )
+    if stream:
+        return chatformat.completion_chunks(result)
+    return result
+
+
+def register() -> None:
+    """Register the handler under ``reach-tools`` (done on import; idempotent)."""
+    registry = llama_chat_format.LlamaChatCompletionHandlerRegistry()  # type: ignore[no-untyped-call]
+    registry.register_chat_completion_handler(
+        CHAT_FORMAT,
+        cast(llama_chat_format.LlamaChatCompletionHandler, reach_tools_chat_handler),
+        overwrite=True,
+    )
+
+
+register()

@@ -1,0 +1,193 @@
+"""The demo cast, tools, notes and agent profile (``manage.py seed_demo``)."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.db import transaction
+
+from effects.models import Note
+from registry.models import Agent, Tool
+from registry.services import tool_save
+
+DEMO_NOTES = [
+    ("缓存改造", "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。"),
+    ("日志系统", "使用文件轮转和定时归档，保留最近七天记录。"),
+    ("搜索实验", "比较倒排索引与向量检索，预算表达式为 500 + 240。"),
+]
+
+DEMO_TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "calculate",
+        "description": (
+            "Evaluate an arithmetic expression with numbers, + - * / and parentheses. "
+            "Returns the expression and its result. Use it for every calculation."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "expression": {
+                    "type": "string",
+                    "description": "The arithmetic expression, e.g. 128 * 6 + 320",
+                }
+            },
+            "required": ["expression"],
+            "additionalProperties": False,
+        },
+        "risk": "read_only",
+        "result_fields": ["/expression", "/result"],
+        "timeout_s": 5.0,
+        "max_retries": 1,
+    },
+    {
+        "name": "search_notes",
+        "description": (
+            "Search the team's project notes. Returns the notes (title and content) "
+            "whose title or content contains any word of the keyword, newest first, "
+            "at most 10."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "keyword": {
+                    "type": "string",
+                    "description": "One or more words to look for, e.g. Redis",
+                }
+            },
+            "required": ["keyword"],
+            "additionalProperties": False,
+        },
+        "risk": "read_only",
+        "untrusted_output": True,
+        "result_fields": ["/title", "/content"],
+        "timeout_s": 5.0,
+        "max_retries": 1,
+    },
+    {
+        "name": "create_ticket",
+        "description": (
+            "Create a ticket in the team's tracker. Changes: adds one ticket with "
+            "this title and body (visible to the team in the admin)."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "description": "A short title"},
+                "body": {"type": "string", "description": "What needs to be done"},
+            },
+            "required": ["title", "body"],
+            "additionalProperties": False,
+        },
+        "risk": "write",
+        "preview_template": "Create ticket “{title}”",
+        "timeout_s": 5.0,
+    },
+    {
+        "name": "send_email",
+        "description": (
+            "Send an email to one address. Irreversible: the message leaves the "
+            "company. Changes: sends one email."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {
+                    "type": "string",
+                    "description": "One email address, e.g. ops@example.com",
+                },
+                "subject": {"type": "string", "description": "The subject line"},
+                "body": {"type": "string", "description": "The message text"},
+            },
+            "required": ["to", "subject", "body"],
+            "additionalProperties": False,
+        },
+        "risk": "irreversible",
+        "approval": "always",
+        "preview_template": "Send email to {to} — subject: {subject}",
+        "timeout_s": 10.0,
+    },
+]
+
+ASSISTANT_INSTRUCTIONS = (
+    "You are the Agent Reach assistant for a software team. Use the tools: "
+    "search_notes to look things up in the team's project notes, calculate for "
+    "every calculation (never compute in your head). Answer briefly in the user's "
+    "language and name the note you used."
+)
+
+
+def demo_password() -> str:
+    """REACH_DEMO_PASSWORD, or one generated once and kept in var/."""
+    if settings.REACH_DEMO_PASSWORD:
+        return str(settings.REACH_DEMO_PASSWORD)
+    path = settings.VAR_DIR / "demo_password"
+    if path.exists():
+        return path.read_text().strip()
+    password = secrets.token_urlsafe(9)
+    path.write_text(password + "\n")
+    path.chmod(0o600)
+    return password
+
+
+@transaction.atomic
+def seed_demo() -> list[str]:
+    """Create what is missing; never overwrite an operator's edits."""
+    created: list[str] = []
+    approvers, _ = Group.objects.get_or_create(name="approvers")
+    auditors, _ = Group.objects.get_or_create(name="auditors")
+    approvers.permissions.add(
+        Permission.objects.get(
+            codename="decide_approval", content_type__app_label="approvals"
+        )
+    )
+    auditors.permissions.add(
+        Permission.objects.get(codename="audit_task", content_type__app_label="runs")
+    )
+    users = get_user_model().objects
+    password = demo_password()
+    cast = [
+        ("admin", {"is_superuser": True, "is_staff": True}, []),
+        ("operator", {"is_staff": False}, [approvers, auditors]),
+        ("alice", {}, []),
+        ("bob", {}, []),
+    ]
+    for username, flags, groups in cast:
+        if users.filter(username=username).exists():
+            continue
+        user = users.create_user(
+            username=username,
+            password=password,
+            email=f"{username}@example.com",
+            **flags,
+        )
+        user.groups.add(*groups)
+        created.append(f"user {username}")
+
+    for definition in DEMO_TOOLS:
+        if Tool.objects.filter(name=definition["name"]).exists():
+            continue
+        tool = Tool(kind=Tool.Kind.PYTHON, handler=definition["name"], tags=["demo"])
+        for key, value in definition.items():
+            setattr(tool, key, value)
+        tool_save(tool=tool, user=None)
+        created.append(f"tool {tool.name}")
+
+    for title, content in DEMO_NOTES:
+        if not Note.objects.filter(title=title).exists():
+            Note.objects.create(title=title, content=content)
+            created.append(f"note {title}")
+
+    if not Agent.objects.filter(name="assistant").exists():
+        Agent.objects.create(
+            name="assistant",
+            description="The demo assistant: searches project notes and calculates.",
+            instructions=ASSISTANT_INSTRUCTIONS,
+            tool_tags=["demo"],
+            is_default=not Agent.objects.filter(is_default=True).exists(),
+        )
+        created.append("agent assistant")
+    return created

@@ -1,0 +1,660 @@
+"""The operator dashboard: tool registry, agent profiles, notes, runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db import models
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+
+from registry.models import Agent, MCPServer, Secret, Tool, ToolVersion
+from registry.services import tool_clean, tool_save
+
+
+class PrettyJSONField(forms.JSONField):
+    """JSON shown indented, so a schema can be read and edited in the admin."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, forms.fields.InvalidJSONInput):
+            return value
+        return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
+
+
+JSON_FIELDS = {
+    models.JSONField: {
+        "form_class": PrettyJSONField,
+        "widget": forms.Textarea(attrs={"rows": 8, "cols": 80}),
+    }
+}
+
+
+class ToolForm(forms.ModelForm):
+    class Meta:
+        model = Tool
+        exclude = ("version",)
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 4, "cols": 80}),
+            "approval_rule": forms.TextInput(attrs={"size": 80}),
+        }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned
+        candidate = self.instance
+        for name, value in cleaned.items():
+            setattr(candidate, name, value)
+        for field, messages in tool_clean(candidate).items():
+            target = field if field in self.fields else None
+            for message in messages:
+                self.add_error(target, message)
+        return cleaned
+
+
+def _diff_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    import json
+
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def version_changes(
+    before: dict[str, Any] | None, after: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Field-level changes between two tool definitions (``version`` aside).
+
+    Short text fields get a word diff (``segments``), JSON and multi-line values a
+    line diff (``lines``); ``before`` None means everything was added.
+    """
+    import difflib
+
+    before = before or {}
+    changes: list[dict[str, Any]] = []
+    keys = [*after, *(k for k in before if k not in after)]
+    for key in keys:
+        if key == "version" or before.get(key) == after.get(key):
+            continue
+        if key not in before:
+            kind = "added"
+        else:
+            kind = "removed" if key not in after else "changed"
+        old = _diff_text(before.get(key)) if key in before else ""
+        new = _diff_text(after.get(key)) if key in after else ""
+        change: dict[str, Any] = {
+            "field": key,
+            "kind": kind,
+            "segments": [],
+            "lines": [],
+        }
+        if isinstance(after.get(key, before.get(key)), str) and "\n" not in old + new:
+            old_words, new_words = old.split(" "), new.split(" ")
+            matcher = difflib.SequenceMatcher(a=old_words, b=new_words, autojunk=False)
+            for op, a1, a2, b1, b2 in matcher.get_opcodes():
+                if op in ("delete", "replace") and a2 > a1:
+                    change["segments"].append(("delete", " ".join(old_words[a1:a2])))
+                if op in ("insert", "replace") and b2 > b1:
+                    change["segments"].append(("insert", " ".join(new_words[b1:b2])))
+                if op == "equal":
+                    change["segments"].append(("equal", " ".join(old_words[a1:a2])))
+            change["segments"] = [s for s in change["segments"] if s[1]] or [
+                ("insert", '""')
+            ]
+        else:
+            diff = difflib.unified_diff(
+                old.splitlines(), new.splitlines(), lineterm="", n=2
+            )
+            for line in list(diff)[2:]:
+                mark = line[:1] if line[:1] in "+-@" else " "
+                text = line if mark == "@" else line[1:]
+                change["lines"].append((mark, text))
+        changes.append(change)
+    return changes
+
+
+def render_version_diff(version: ToolVersion) -> str:
+    """HTML (escaped, from a template) of what ``version`` changed."""
+    from django.template.loader import render_to_string
+
+    previous = (
+        ToolVersion.objects.filter(tool_id=version.tool_id, version__lt=version.version)
+        .order_by("-version")
+        .first()
+    )
+    changes = version_changes(
+        previous.definition if previous else None, version.definition or {}
+    )
+    return render_to_string(
+        "admin/registry/toolversion/_diff.html",
+        {
+            "changes": changes,
+            "previous": previous.version if previous else None,
+            "current": version.version,
+            "empty_message": "No field changed.",
+        },
+    )
+
+
+class ToolVersionInline(admin.TabularInline):
+    model = ToolVersion
+    extra = 0
+    can_delete = False
+    fields = ("version", "changed_by", "changed_at", "changed_fields")
+    readonly_fields = fields
+    ordering = ("-version",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="changes")
+    def changed_fields(self, obj: ToolVersion) -> str:
+        from django.urls import reverse
+        from django.utils.html import format_html
+
+        previous = (
+            ToolVersion.objects.filter(tool_id=obj.tool_id, version__lt=obj.version)
+            .order_by("-version")
+            .first()
+        )
+        changes = version_changes(
+            previous.definition if previous else None, obj.definition or {}
+        )
+        summary = (
+            "first version"
+            if previous is None
+            else ", ".join(c["field"] for c in changes) or "no field changed"
+        )
+        url = reverse("admin:registry_toolversion_change", args=[obj.pk])
+        return format_html('{} — <a href="{}">diff</a>', summary, url)
+
+
+class HasLintWarningsFilter(admin.SimpleListFilter):
+    """Tools with or without description-lint warnings."""
+
+    title = "lint warnings"
+    parameter_name = "lint"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Has warnings"), ("no", "Clean")]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value() not in ("yes", "no"):
+            return queryset
+        warned = [name for name, found in _lint_for(request).items() if found]
+        if self.value() == "yes":
+            return queryset.filter(name__in=warned)
+        return queryset.exclude(name__in=warned)
+
+
+def _lint_for(request: HttpRequest) -> dict[str, list[Any]]:
+    """Lint of the whole registry, computed once per request."""
+    from registry.lint import lint_registry
+
+    cached = getattr(request, "_reach_lint", None)
+    if cached is None:
+        cached = lint_registry()
+        request._reach_lint = cached  # type: ignore[attr-defined]
+    return cached
+
+
+class ToolQualityMixin:
+    """Registry quality on the tool admin: lint warnings, confirmation, versions.
+
+    Adds to whatever the admin declares (list column and filters, a read-only
+    field on the change form, the "Confirm policy and enable" action).
+    """
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        found = _lint_for(request)
+
+        @admin.display(description="lint")
+        def lint_column(obj: Tool) -> str:
+            count = len(found.get(obj.name, []))
+            return f"{count} warning{'s' if count != 1 else ''}" if count else "—"
+
+        base = super().get_list_display(request)  # type: ignore[misc]
+        return (*base, "confirmed", lint_column)
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        base = super().get_list_filter(request)  # type: ignore[misc]
+        return (*base, "confirmed", "mcp_server", HasLintWarningsFilter)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        base = super().get_readonly_fields(request, obj)  # type: ignore[misc]
+        return (*base, "lint_warnings")
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        base = list(super().get_fieldsets(request, obj))  # type: ignore[misc]
+        quality = ("Description lint", {"fields": ("lint_warnings",)})
+        return [*base[:1], quality, *base[1:]]
+
+    @admin.display(description="warnings")
+    def lint_warnings(self, obj: Tool) -> str:
+        from django.utils.html import format_html, format_html_join
+
+        from registry.lint import lint_tool_in_registry
+
+        if obj is None or not obj.pk:
+            return "Shown after the tool is saved."
+        found = lint_tool_in_registry(obj)
+        if not found:
+            return "No warnings."
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "", "<li>{}: {}</li>", ((w.rule.value, w.message) for w in found)
+            ),
+        )
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        actions = super().get_actions(request)  # type: ignore[misc]
+        model_admin: Any = self
+        if model_admin.has_change_permission(request):
+            action = model_admin.get_action("confirm_and_enable")
+            if action is not None:
+                actions["confirm_and_enable"] = action
+        return actions
+
+    @admin.action(description="Confirm policy and enable")
+    def confirm_and_enable(self, request: HttpRequest, queryset: Any) -> None:
+        from django.contrib import messages
+        from django.core.exceptions import ValidationError
+
+        from registry.services import tool_confirm
+
+        model_admin: Any = self
+        done = []
+        for tool in queryset:
+            try:
+                tool_confirm(tool=tool, user=request.user)
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{field}: {' '.join(messages_)}"
+                    for field, messages_ in exc.message_dict.items()
+                )
+                model_admin.message_user(
+                    request, f"{tool.name} not enabled: {problems}", messages.ERROR
+                )
+            else:
+                done.append(tool.name)
+        if done:
+            model_admin.message_user(
+                request,
+                "Confirmed and enabled: " + ", ".join(done),
+                messages.SUCCESS,
+            )
+
+
+class TryItForm(forms.Form):
+    """Sample arguments for an HTTP tool, checked against its schema."""
+
+    arguments = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 10, "cols": 80, "spellcheck": "false"}),
+        help_text="A JSON object of arguments, as the model would send them.",
+    )
+
+    def __init__(self, *args: Any, tool: Tool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tool = tool
+
+    def clean_arguments(self) -> dict[str, Any]:
+        from engine.validation import (
+            InvalidArguments,
+            parse_arguments,
+            validate_arguments,
+        )
+
+        try:
+            arguments = parse_arguments(self.cleaned_data["arguments"])
+            validate_arguments(self.tool.parameters, arguments)
+        except InvalidArguments as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return arguments
+
+
+class HttpTryItMixin:
+    """A "Try it" page for HTTP tools: run once with sample arguments.
+
+    Reads are sent and show request and response; writes are a dry run that
+    only shows the request. Admin-only (tool registrars), CSRF-protected.
+    """
+
+    def get_urls(self) -> list[URLPattern]:
+        admin_site = self.admin_site  # type: ignore[attr-defined]
+        opts = self.opts  # type: ignore[attr-defined]
+        name = f"{opts.app_label}_{opts.model_name}_try"
+        urls = super().get_urls()  # type: ignore[misc]
+        return [
+            path(
+                "<path:object_id>/try/",
+                admin_site.admin_view(self.try_it_view),
+                name=name,
+            ),
+            *urls,
+        ]
+
+    def try_it_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        import json
+
+        from registry.adapters.http import http_tool_try, sample_arguments
+        from registry.permissions import can_register_tools
+
+        model_admin: Any = self
+        tool = model_admin.get_object(request, unquote(object_id))
+        if tool is None or tool.kind != Tool.Kind.HTTP:
+            raise Http404("No HTTP tool with that id.")
+        if not (
+            can_register_tools(request.user)
+            and model_admin.has_change_permission(request, tool)
+        ):
+            raise PermissionDenied
+        report = None
+        if request.method == "POST":
+            form = TryItForm(request.POST, tool=tool)
+            if form.is_valid():
+                report = http_tool_try(
+                    tool=tool,
+                    arguments=form.cleaned_data["arguments"],
+                    user=request.user,
+                )
+        else:
+            sample = json.dumps(
+                sample_arguments(tool.parameters), ensure_ascii=False, indent=2
+            )
+            form = TryItForm(initial={"arguments": sample}, tool=tool)
+
+        def pretty(value: Any) -> str:
+            return json.dumps(value, ensure_ascii=False, indent=2)
+
+        context = {
+            **model_admin.admin_site.each_context(request),
+            "opts": model_admin.opts,
+            "original": tool,
+            "title": f"Try {tool.name}",
+            "form": form,
+            "report": report,
+            "is_write": tool.risk != Tool.Risk.READ_ONLY,
+            "requests": [
+                {**r, "body_json": pretty(r["body"]) if r["body"] is not None else ""}
+                for r in (report.requests if report else [])
+            ],
+            "result_json": pretty(report.result) if report else "",
+        }
+        return TemplateResponse(request, "admin/registry/tool/try_it.html", context)
+
+
+@admin.register(Tool)
+class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
+    formfield_overrides = JSON_FIELDS
+    form = ToolForm
+    list_display = (
+        "name",
+        "kind",
+        "risk",
+        "approval",
+        "enabled",
+        "version",
+        "tag_list",
+    )
+    list_filter = ("kind", "risk", "approval", "enabled", "untrusted_output")
+    search_fields = ("name", "description")
+    readonly_fields = ("version", "created_at", "updated_at")
+    inlines = [ToolVersionInline]
+    fieldsets = (
+        ("Metadata", {"fields": ("name", "description", "parameters", "tags")}),
+        (
+            "Implementation",
+            {"fields": ("kind", "handler", "http", "mcp_server", "mcp_tool")},
+        ),
+        (
+            "Policy",
+            {
+                "fields": (
+                    "risk",
+                    "approval",
+                    "approval_rule",
+                    "approvals_required",
+                    "approval_ttl_s",
+                    "untrusted_output",
+                    "idempotent",
+                    "preview_template",
+                    "enabled",
+                    "confirmed",
+                )
+            },
+        ),
+        (
+            "Execution",
+            {
+                "fields": (
+                    "timeout_s",
+                    "max_retries",
+                    "max_result_chars",
+                    "result_fields",
+                    "cache_ttl_s",
+                    "rate_limit_per_min",
+                )
+            },
+        ),
+        ("History", {"fields": ("version", "created_at", "updated_at")}),
+    )
+
+    @admin.display(description="tags")
+    def tag_list(self, obj: Tool) -> str:
+        return ", ".join(obj.tags or [])
+
+    def save_model(
+        self, request: HttpRequest, obj: Tool, form: Any, change: bool
+    ) -> None:
+        tool_save(tool=obj, user=request.user)
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    formfield_overrides = JSON_FIELDS
+    list_display = ("name", "model", "is_default", "max_steps", "token_budget")
+    filter_horizontal = ("tools",)
+
+    def save_model(
+        self, request: HttpRequest, obj: Agent, form: Any, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        from audit.services import audit_append
+
+        audit_append(
+            kind="agent.changed" if change else "agent.created",
+            actor=request.user,
+            object_type="agent",
+            object_id=obj.name,
+        )
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class SecretForm(forms.ModelForm):
+    value = forms.CharField(
+        widget=forms.PasswordInput(render_value=False),
+        required=False,
+        help_text=(
+            "Write-only: never shown again. Leave blank to keep the current value."
+        ),
+    )
+
+    class Meta:
+        model = Secret
+        fields = ("name",)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if not self.instance.pk and not cleaned.get("value"):
+            self.add_error("value", "A new secret needs a value.")
+        return cleaned
+
+
+@admin.register(Secret)
+class SecretAdmin(admin.ModelAdmin):
+    form = SecretForm
+    list_display = ("name", "updated_at")
+
+    def save_model(
+        self, request: HttpRequest, obj: Secret, form: Any, change: bool
+    ) -> None:
+        from registry.secrets import secret_set
+
+        value = form.cleaned_data.get("value")
+        if value:
+            saved = secret_set(name=obj.name, value=value)
+            obj.pk = saved.pk
+        elif change:
+            obj.save(update_fields=["name"])
+
+
+@admin.register(ToolVersion)
+class ToolVersionAdmin(ReadOnlyAdmin):
+    """Every version of every tool, read-only, with a diff from the one before."""
+
+    list_display = ("tool", "version", "changed_by", "changed_at")
+    list_filter = ("tool",)
+    list_select_related = ("tool", "changed_by")
+    fields = ("tool", "version", "changed_by", "changed_at", "diff", "definition_json")
+    readonly_fields = fields
+    ordering = ("tool__name", "-version")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="changes from the previous version")
+    def diff(self, obj: ToolVersion) -> str:
+        return render_version_diff(obj)
+
+    @admin.display(description="definition")
+    def definition_json(self, obj: ToolVersion) -> str:
+        import json
+
+        from django.utils.html import format_html
+
+        text = json.dumps(obj.definition, ensure_ascii=False, indent=2, sort_keys=True)
+        return format_html("<pre>{}</pre>", text)
+
+
+class MCPServerForm(forms.ModelForm):
+    url = forms.URLField(
+        required=False,
+        assume_scheme="https",
+        help_text="The streamable HTTP endpoint, e.g. https://mcp.example.com/mcp.",
+    )
+
+    class Meta:
+        model = MCPServer
+        fields = ("name", "transport", "command", "url", "enabled")
+        help_texts = {
+            "command": 'The argv list to start it, e.g. ["npx", "-y", "some-server"].',
+        }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        transport = cleaned.get("transport")
+        command = cleaned.get("command")
+        if transport == MCPServer.Transport.STDIO:
+            if not (
+                isinstance(command, list)
+                and command
+                and all(isinstance(part, str) and part for part in command)
+            ):
+                self.add_error(
+                    "command", "A stdio server needs its command as a list of strings."
+                )
+        elif transport == MCPServer.Transport.HTTP and not cleaned.get("url"):
+            self.add_error("url", "An HTTP server needs its URL.")
+        return cleaned
+
+
+@admin.register(MCPServer)
+class MCPServerAdmin(admin.ModelAdmin):
+    form = MCPServerForm
+    list_display = ("name", "transport", "target", "enabled", "tool_count")
+    list_filter = ("transport", "enabled")
+    actions = ["import_tools"]
+
+    @admin.display(description="command or URL")
+    def target(self, obj: MCPServer) -> str:
+        if obj.transport == MCPServer.Transport.HTTP:
+            return obj.url
+        return " ".join(str(part) for part in obj.command or [])
+
+    @admin.display(description="imported tools")
+    def tool_count(self, obj: MCPServer) -> int:
+        return Tool.objects.filter(mcp_server=obj).count()
+
+    def get_urls(self) -> list[URLPattern]:
+        urls = super().get_urls()
+        return [
+            path(
+                "<path:object_id>/import/",
+                self.admin_site.admin_view(self.import_view),
+                name="registry_mcpserver_import",
+            ),
+            *urls,
+        ]
+
+    def import_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: import the server's tools, then show them in the tool list."""
+        from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+        from django.urls import reverse
+
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        server = self.get_object(request, unquote(object_id))
+        if server is None:
+            raise Http404("No MCP server with that id.")
+        if not self._may_import(request, server):
+            raise PermissionDenied
+        self._import(request, server)
+        url = reverse("admin:registry_tool_changelist")
+        return HttpResponseRedirect(f"{url}?mcp_server__id__exact={server.pk}")
+
+    def _may_import(self, request: HttpRequest, server: MCPServer | None) -> bool:
+        from registry.permissions import can_register_tools
+
+        return can_register_tools(request.user) and self.has_change_permission(
+            request, server
+        )
+
+    def _import(self, request: HttpRequest, server: MCPServer) -> None:
+        from django.contrib import messages
+
+        from registry.adapters.mcp import MCPUnavailable, mcp_import_tools
+
+        try:
+            outcomes = mcp_import_tools(server=server, user=request.user)
+        except MCPUnavailable as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        if not outcomes:
+            self.message_user(
+                request, f"{server.name} lists no tools.", messages.WARNING
+            )
+        for outcome in outcomes:
+            warn = outcome.status in ("skipped", "gone")
+            level = messages.WARNING if warn else messages.SUCCESS
+            self.message_user(request, f"{server.name}: {outcome.line()}", level)
+
+    @admin.action(description="Import tools (disabled until confirmed)")
+    def import_tools(self, request: HttpRequest, queryset: Any) -> None:
+        for server in queryset:
+            if not self._may_import(request, server):
+                raise PermissionDenied
+            self._import(request, server)

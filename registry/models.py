@@ -1,0 +1,234 @@
+"""The registry: agent profiles, tools and their versions, MCP servers, secrets.
+
+The tables keep the names they had in the ``agents`` app (``db_table``).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from engine import spec as engine
+
+
+class Agent(models.Model):
+    """An agent profile: instructions, model, which tools, and its limits."""
+
+    class OnApprovalExpired(models.TextChoices):
+        TELL_MODEL = "tell_model", "Tell the model the action expired"
+        STOP = "stop", "Stop the task (approval_expired)"
+
+    name = models.SlugField(max_length=64, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    instructions = models.TextField(blank=True)
+    model = models.CharField(
+        max_length=200, blank=True, help_text="Blank means OPENAI_MODEL."
+    )
+    tools = models.ManyToManyField("Tool", blank=True, related_name="agents")
+    tool_tags = models.JSONField(
+        default=list, blank=True, help_text="Also offer every enabled tool with a tag."
+    )
+    is_default = models.BooleanField(default=False)
+    max_steps = models.PositiveIntegerField(default=12)
+    max_tool_calls = models.PositiveIntegerField(default=30)
+    tool_error_limit = models.PositiveIntegerField(default=8)
+    consecutive_failure_limit = models.PositiveIntegerField(default=3)
+    time_budget_s = models.PositiveIntegerField(default=600)
+    token_budget = models.PositiveIntegerField(default=200_000)
+    context_budget_tokens = models.PositiveIntegerField(default=3500)
+    parallel_tool_calls = models.PositiveIntegerField(default=4)
+    on_approval_expired = models.CharField(
+        max_length=20,
+        choices=OnApprovalExpired.choices,
+        default=OnApprovalExpired.TELL_MODEL,
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "agents_agent"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def effective_model(self) -> str:
+        return self.model or settings.OPENAI_MODEL
+
+    def limits(self) -> engine.Limits:
+        return engine.Limits(
+            max_steps=self.max_steps,
+            max_tool_calls=self.max_tool_calls,
+            tool_error_limit=self.tool_error_limit,
+            consecutive_failure_limit=self.consecutive_failure_limit,
+            time_budget_s=float(self.time_budget_s),
+            token_budget=self.token_budget,
+            context_budget_tokens=self.context_budget_tokens,
+            parallel_tool_calls=self.parallel_tool_calls,
+            stop_on_approval_expired=(
+                self.on_approval_expired == self.OnApprovalExpired.STOP
+            ),
+        )
+
+    def offered_tools(self) -> list[Tool]:
+        """Enabled, confirmed tools chosen by name or by tag, in name order."""
+        named = set(self.tools.values_list("pk", flat=True))
+        tags = set(self.tool_tags or [])
+        return [
+            tool
+            for tool in Tool.objects.filter(enabled=True, confirmed=True)
+            .select_related("mcp_server")
+            .order_by("name")
+            if tool.pk in named or tags.intersection(tool.tags or [])
+        ]
+
+
+class Tool(models.Model):
+    """A tool the model may call: metadata, implementation and policy."""
+
+    class Kind(models.TextChoices):
+        PYTHON = "python", "Python (built-in handler)"
+        HTTP = "http", "HTTP endpoint"
+        MCP = "mcp", "MCP server tool"
+
+    Risk = models.TextChoices("Risk", [(r.name, r.value) for r in engine.Risk])
+    Approval = models.TextChoices(
+        "Approval", [(a.name, a.value) for a in engine.ApprovalMode]
+    )
+
+    name = models.CharField(max_length=64, unique=True)
+    description = models.TextField()
+    parameters = models.JSONField(default=dict)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.PYTHON)
+    handler = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="For python tools: the name of a handler registered in code.",
+    )
+    http = models.JSONField(default=dict, blank=True)
+    mcp_server = models.ForeignKey(
+        "MCPServer", null=True, blank=True, on_delete=models.PROTECT
+    )
+    mcp_tool = models.CharField(max_length=200, blank=True)
+    risk = models.CharField(
+        max_length=20, choices=Risk.choices, default=engine.Risk.READ_ONLY
+    )
+    approval = models.CharField(
+        max_length=10, choices=Approval.choices, default=engine.ApprovalMode.NEVER
+    )
+    approval_rule = models.TextField(blank=True, null=True)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    approval_ttl_s = models.PositiveIntegerField(default=3600)
+    untrusted_output = models.BooleanField(default=False)
+    idempotent = models.BooleanField(
+        default=False, help_text="Honours idempotency keys (safe to retry)."
+    )
+    timeout_s = models.FloatField(default=10.0)
+    max_retries = models.PositiveSmallIntegerField(default=0)
+    max_result_chars = models.PositiveIntegerField(default=4000)
+    result_fields = models.JSONField(default=list, blank=True)
+    cache_ttl_s = models.PositiveIntegerField(default=0)
+    rate_limit_per_min = models.PositiveIntegerField(default=0)
+    preview_template = models.CharField(max_length=300, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    enabled = models.BooleanField(default=True)
+    confirmed = models.BooleanField(
+        default=True,
+        help_text="Imported tools start unconfirmed: an operator reviews the policy.",
+    )
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "agents_tool"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def spec(self) -> engine.ToolSpec:
+        return engine.ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            kind=self.kind,
+            risk=engine.Risk(self.risk),
+            approval=engine.ApprovalMode(self.approval),
+            approval_rule=self.approval_rule or None,
+            approvals_required=self.approvals_required,
+            approval_ttl_s=self.approval_ttl_s,
+            untrusted_output=self.untrusted_output,
+            idempotent=self.idempotent,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            max_result_chars=self.max_result_chars,
+            result_fields=tuple(self.result_fields or ()),
+            cache_ttl_s=self.cache_ttl_s,
+            rate_limit_per_min=self.rate_limit_per_min,
+            preview_template=self.preview_template,
+            tags=tuple(self.tags or ()),
+            version=self.version,
+        )
+
+
+class ToolVersion(models.Model):
+    """Every change of a tool's definition, with who and when."""
+
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="versions")
+    version = models.PositiveIntegerField()
+    definition = models.JSONField()
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agents_toolversion"
+        ordering = ["-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool", "version"], name="uniq_tool_version"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} v{self.version}"
+
+
+class MCPServer(models.Model):
+    """An MCP server whose tools can be imported (stdio command or HTTP URL)."""
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio command"
+        HTTP = "http", "Streamable HTTP"
+
+    name = models.SlugField(max_length=64, unique=True)
+    transport = models.CharField(max_length=10, choices=Transport.choices)
+    command = models.JSONField(default=list, blank=True, help_text="argv list (stdio)")
+    url = models.URLField(blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "agents_mcpserver"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Secret(models.Model):
+    """A secret for HTTP tools, encrypted at rest; write-only in the admin."""
+
+    name = models.CharField(max_length=64, unique=True)
+    ciphertext = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agents_secret"
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,351 @@
+"""Tool registry services: saving definitions (with versions), building toolboxes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from engine import policy
+from engine.canonical import canonical_json
+from engine.safe_eval import EvaluationError, validate_rule
+from engine.spec import Handler, Toolbox, ToolSpec
+from engine.validation import check_parameters_schema, check_tool_name
+from registry.handlers import get_handler, handler_names
+from registry.models import Agent, Tool, ToolVersion
+from registry.payloads import TOOL_FIELDS, tool_definition
+
+#: Fields whose change makes a new version: the public definition (API.md) and
+#: the implementation behind it.
+VERSIONED_FIELDS = tuple(f for f in TOOL_FIELDS if f != "name") + (
+    "handler",
+    "http",
+    "mcp_server_id",
+    "mcp_tool",
+)
+
+
+def tool_clean(tool: Tool) -> dict[str, list[str]]:
+    """Validate a tool definition; return errors by field name (empty if valid)."""
+    errors: dict[str, list[str]] = {}
+
+    def add(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    try:
+        check_tool_name(tool.name)
+    except ValueError as exc:
+        add("name", str(exc))
+    try:
+        check_parameters_schema(tool.parameters)
+    except ValueError as exc:
+        add("parameters", str(exc))
+    if not (tool.description or "").strip():
+        add("description", "Describe what the tool does; the model reads it.")
+    if tool.approval == Tool.Approval.RULE:
+        if not (tool.approval_rule or "").strip():
+            add("approval_rule", "Approval 'rule' needs a rule, e.g. amount > 100.")
+        else:
+            try:
+                validate_rule(tool.approval_rule or "")
+            except EvaluationError as exc:
+                add("approval_rule", str(exc))
+    try:
+        policy.check_definition(tool.spec())
+    except ValueError as exc:
+        add("approval", str(exc))
+    except (KeyError, TypeError):
+        pass
+    if tool.kind == Tool.Kind.PYTHON:
+        name = tool.handler or tool.name
+        if name not in handler_names():
+            add(
+                "handler",
+                f"No python handler named '{name}'. Registered: "
+                + ", ".join(handler_names()),
+            )
+    if tool.kind == Tool.Kind.HTTP:
+        from registry.adapters.http import http_settings_errors
+
+        for message in http_settings_errors(
+            tool.http,
+            tool.parameters if isinstance(tool.parameters, Mapping) else {},
+            idempotent=bool(tool.idempotent),
+            max_retries=int(tool.max_retries or 0),
+        ):
+            add("http", message)
+    if tool.timeout_s <= 0 or tool.timeout_s > 600:
+        add("timeout_s", "Timeout must be between 0 and 600 seconds.")
+    for pointer in tool.result_fields or []:
+        if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+            add("result_fields", f"Not a JSON pointer: {pointer!r} (use /field).")
+    if not isinstance(tool.tags, list) or not all(
+        isinstance(t, str) for t in tool.tags
+    ):
+        add("tags", "Tags are a list of strings.")
+    if tool.kind == Tool.Kind.MCP and tool.mcp_server_id is None:
+        add("mcp_server", "An MCP tool names the MCP server that serves it.")
+    if tool.enabled and not tool.confirmed:
+        # Imported tools carry a policy guessed from the server's hints.
+        add(
+            "enabled",
+            "This imported tool's policy is not confirmed yet: review its risk, "
+            "approval and the other policy fields, then confirm it (the "
+            "“Confirm policy and enable” action, or tick Confirmed) before "
+            "enabling it.",
+        )
+    return errors
+
+
+def _versioned_state(tool: Tool) -> str:
+    return canonical_json(
+        {name: _jsonable(getattr(tool, name)) for name in VERSIONED_FIELDS}
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+@transaction.atomic
+def tool_save(*, tool: Tool, user: Any = None) -> tuple[Tool, bool]:
+    """Validate and save ``tool``; a changed definition becomes a new version.
+
+    Returns the tool and whether a new version was made.
+    """
+    if not tool.approval_rule:
+        # A blank form field means "no rule", the same as null: not a change.
+        tool.approval_rule = None
+    errors = tool_clean(tool)
+    if errors:
+        raise ValidationError(errors)
+    previous = None
+    if tool.pk is not None:
+        previous = Tool.objects.select_for_update().filter(pk=tool.pk).first()
+    if previous is not None and _versioned_state(previous) == _versioned_state(tool):
+        tool.version = previous.version
+        tool.save()
+        return tool, False
+    tool.version = (previous.version + 1) if previous is not None else 1
+    if tool.pk is None:
+        existing = ToolVersion.objects.filter(tool__name=tool.name)
+        tool.version = max([1, *(v.version + 1 for v in existing)])
+    tool.save()
+    ToolVersion.objects.create(
+        tool=tool,
+        version=tool.version,
+        definition=tool_definition(tool),
+        changed_by=user if getattr(user, "is_authenticated", False) else None,
+        changed_at=timezone.now(),
+    )
+    from audit.services import audit_append
+
+    audit_append(
+        kind="tool.registered" if previous is None else _change_kind(previous, tool),
+        actor=user,
+        object_type="tool",
+        object_id=tool.name,
+        data={"version": tool.version},
+    )
+    return tool, True
+
+
+def tool_confirm(*, tool: Tool, user: Any = None, enable: bool = True) -> Tool:
+    """An operator confirms ``tool``'s policy (imported tools start unconfirmed).
+
+    Enables it too unless ``enable`` is false; a new version records who and when.
+    """
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        was_confirmed = tool.confirmed
+        tool.confirmed = True
+        if enable:
+            tool.enabled = True
+        tool, _ = tool_save(tool=tool, user=user)
+        if not was_confirmed:
+            from audit.services import audit_append
+
+            audit_append(
+                kind="tool.confirmed",
+                actor=user,
+                object_type="tool",
+                object_id=tool.name,
+                data={"version": tool.version},
+            )
+    return tool
+
+
+def _change_kind(previous: Tool, tool: Tool) -> str:
+    if previous.enabled != tool.enabled:
+        return "tool.enabled" if tool.enabled else "tool.disabled"
+    return "tool.changed"
+
+
+def handler_for(tool: Tool) -> Handler | None:
+    """The callable that executes ``tool`` (python, http or mcp)."""
+    if tool.kind == Tool.Kind.PYTHON:
+        return get_handler(tool.handler or tool.name)
+    if tool.kind == Tool.Kind.HTTP:
+        from registry.adapters.http import http_handler
+
+        return http_handler(tool)
+    if tool.kind == Tool.Kind.MCP:
+        from registry.adapters.mcp import mcp_handler
+
+        return mcp_handler(tool)
+    return None
+
+
+def spec_for(tool: Tool) -> ToolSpec:
+    spec = tool.spec()
+    if tool.kind == Tool.Kind.HTTP:
+        from registry.adapters.http import leaves_house
+
+        spec = ToolSpec(**{**spec.__dict__, "leaves_house": leaves_house(tool)})
+    elif tool.kind == Tool.Kind.MCP:
+        spec = ToolSpec(**{**spec.__dict__, "leaves_house": True})
+    return spec
+
+
+def agent_snapshot(agent: Agent) -> dict[str, Any]:
+    """The agent as a run will use it: instructions, model, limits and tools."""
+    tools = agent.offered_tools()
+    return {
+        "name": agent.name,
+        "model": agent.effective_model,
+        "instructions": agent.instructions,
+        "limits": agent.limits().__dict__,
+        "tools": [
+            tool_definition(t) | {"leaves_house": spec_for(t).leaves_house}
+            for t in tools
+        ],
+    }
+
+
+def spec_from_definition(definition: Mapping[str, Any]) -> ToolSpec:
+    from engine.spec import ApprovalMode, Risk
+
+    return ToolSpec(
+        name=definition["name"],
+        description=definition.get("description", ""),
+        parameters=definition.get("parameters") or {"type": "object"},
+        kind=definition.get("kind", "python"),
+        risk=Risk(definition.get("risk", "read_only")),
+        approval=ApprovalMode(definition.get("approval", "never")),
+        approval_rule=definition.get("approval_rule"),
+        approvals_required=int(definition.get("approvals_required", 1)),
+        approval_ttl_s=int(definition.get("approval_ttl_s", 3600)),
+        untrusted_output=bool(definition.get("untrusted_output", False)),
+        idempotent=bool(definition.get("idempotent", False)),
+        timeout_s=float(definition.get("timeout_s", 10.0)),
+        max_retries=int(definition.get("max_retries", 0)),
+        max_result_chars=int(definition.get("max_result_chars", 4000)),
+        result_fields=tuple(definition.get("result_fields") or ()),
+        cache_ttl_s=int(definition.get("cache_ttl_s", 0)),
+        rate_limit_per_min=int(definition.get("rate_limit_per_min", 0)),
+        preview_template=definition.get("preview_template") or "",
+        tags=tuple(definition.get("tags") or ()),
+        version=int(definition.get("version", 1)),
+        leaves_house=bool(definition.get("leaves_house", False)),
+    )
+
+
+def toolbox_for_snapshot(snapshot: Mapping[str, Any]) -> Toolbox:
+    """Specs as the run saw them at its start; handlers only for tools still enabled."""
+    specs = {d["name"]: spec_from_definition(d) for d in snapshot.get("tools", [])}
+    live = {
+        t.name: t
+        for t in Tool.objects.filter(name__in=list(specs), enabled=True).select_related(
+            "mcp_server"
+        )
+    }
+    handlers: dict[str, Handler] = {}
+    for name in specs:
+        tool = live.get(name)
+        if tool is not None:
+            handler = handler_for(tool)
+            if handler is not None:
+                handlers[name] = handler
+    return Toolbox(specs=specs, handlers=handlers)
+
+
+_DEFINITION_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "description": (str,),
+    "parameters": (dict,),
+    "kind": (str,),
+    "risk": (str,),
+    "approval": (str,),
+    "approval_rule": (str, type(None)),
+    "approvals_required": (int,),
+    "approval_ttl_s": (int,),
+    "untrusted_output": (bool,),
+    "idempotent": (bool,),
+    "timeout_s": (int, float),
+    "max_retries": (int,),
+    "max_result_chars": (int,),
+    "result_fields": (list,),
+    "cache_ttl_s": (int,),
+    "rate_limit_per_min": (int,),
+    "preview_template": (str,),
+    "tags": (list,),
+    "enabled": (bool,),
+    "handler": (str,),
+    "http": (dict,),
+}
+_REQUIRED = ("name", "description", "parameters", "kind")
+
+
+def tool_from_definition(data: Mapping[str, Any]) -> Tool:
+    """A Tool (new, or the existing one by name) with ``data`` applied; unsaved.
+
+    Fields not given keep their current value (or the default for a new tool).
+    Raises ValidationError with errors by field.
+    """
+    errors: dict[str, list[str]] = {}
+    for name in _REQUIRED:
+        if name not in data:
+            errors.setdefault(name, []).append("This field is required.")
+    for name, value in data.items():
+        types = _DEFINITION_TYPES.get(name)
+        if types is None:
+            continue
+        if isinstance(value, bool) and bool not in types:
+            errors.setdefault(name, []).append("Wrong type.")
+        elif not isinstance(value, types):
+            errors.setdefault(name, []).append(
+                "Expected " + " or ".join(t.__name__ for t in types) + "."
+            )
+    kind = data.get("kind")
+    if kind is not None and kind not in Tool.Kind.values:
+        errors.setdefault("kind", []).append("kind is python, http or mcp.")
+    for field_name, choices in (
+        ("risk", Tool.Risk.values),
+        ("approval", Tool.Approval.values),
+    ):
+        if field_name in data and data[field_name] not in choices:
+            errors.setdefault(field_name, []).append(
+                "One of: " + ", ".join(choices) + "."
+            )
+    if errors:
+        raise ValidationError(errors)
+    tool = Tool.objects.filter(name=data["name"]).first() or Tool(name=data["name"])
+    for name in _DEFINITION_TYPES:
+        if name in data and name != "name":
+            setattr(tool, name, data[name])
+    if tool.approval_rule == "":
+        tool.approval_rule = None
+    if tool.kind == Tool.Kind.MCP and isinstance(data.get("mcp"), dict):
+        from registry.models import MCPServer
+
+        server = MCPServer.objects.filter(name=data["mcp"].get("server")).first()
+        if server is None:
+            raise ValidationError({"mcp": ["Unknown MCP server."]})
+        tool.mcp_server = server
+        tool.mcp_tool = str(data["mcp"].get("tool") or tool.name)
+    return tool

@@ -1,0 +1,261 @@
+"""The JSON API of API.md: agents, tools, notes, conversations, tasks, steps."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import ValidationError as ApiValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from infra.runtime import redactor
+from registry.models import Agent, Tool
+from registry.payloads import tool_definition
+from registry.permissions import can_register_tools
+from registry.services import tool_from_definition, tool_save
+from runs import services as runs
+from runs.api import schema
+from runs.models import Conversation, Task
+from runs.payloads import conversation_payload, step_payload, task_payload
+from runs.permissions import visible_tasks
+
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+
+
+def paginate(
+    request: Request, items: QuerySet[Any] | list[Any]
+) -> tuple[list[Any], dict[str, str]]:
+    """Apply ``?limit=`` and ``?offset=``; return the page and a Link header."""
+    try:
+        limit = int(request.query_params.get("limit", DEFAULT_LIMIT))
+        offset = int(request.query_params.get("offset", 0))
+    except ValueError as exc:
+        raise ApiValidationError({"limit": ["limit and offset are integers."]}) from exc
+    limit = max(1, min(limit, MAX_LIMIT))
+    offset = max(0, offset)
+    page = list(items[offset : offset + limit + 1])
+    headers = {}
+    if len(page) > limit:
+        page = page[:limit]
+        params = request.query_params.copy()
+        params["limit"] = str(limit)
+        params["offset"] = str(offset + limit)
+        url = request.build_absolute_uri(request.path) + "?" + urlencode(params)
+        headers["Link"] = f'<{url}>; rel="next"'
+    return page, headers
+
+
+def redacted(data: Any) -> Any:
+    return redactor().data(data)
+
+
+class AgentList(APIView):
+    @extend_schema(responses=schema.AgentSchema(many=True), description="Newest first.")
+    def get(self, request: Request) -> Response:
+        agents = Agent.objects.prefetch_related("tools").order_by("-created_at", "-id")
+        page, headers = paginate(request, agents)
+        return Response(
+            [
+                {
+                    "name": a.name,
+                    "description": a.description,
+                    "model": a.effective_model,
+                    "tools": [t.name for t in a.offered_tools()],
+                    "default": a.is_default,
+                }
+                for a in page
+            ],
+            headers=headers,
+        )
+
+
+class ToolList(APIView):
+    @extend_schema(responses=schema.ToolSchema(many=True))
+    def get(self, request: Request) -> Response:
+        page, headers = paginate(request, Tool.objects.order_by("-created_at", "-id"))
+        return Response([tool_definition(t) for t in page], headers=headers)
+
+    @extend_schema(
+        request=schema.ToolSchema,
+        responses={201: schema.ToolSchema, 200: schema.ToolSchema},
+    )
+    def post(self, request: Request) -> Response:
+        if not can_register_tools(request.user):
+            raise PermissionDenied("Only admins register tools.")
+        if not isinstance(request.data, dict):
+            raise ApiValidationError({"detail": ["Send a tool definition object."]})
+        try:
+            tool = tool_from_definition(request.data)
+            tool, changed = tool_save(tool=tool, user=request.user)
+        except ValidationError as exc:
+            raise ApiValidationError(exc.message_dict) from exc
+        code = status.HTTP_201_CREATED if changed else status.HTTP_200_OK
+        return Response(tool_definition(tool), status=code)
+
+
+class ToolVersions(APIView):
+    @extend_schema(responses=schema.ToolVersionSchema(many=True))
+    def get(self, request: Request, name: str) -> Response:
+        tool = Tool.objects.filter(name=name).first()
+        if tool is None:
+            raise Http404
+        versions = tool.versions.select_related("changed_by").order_by("-version")
+        page, headers = paginate(request, versions)
+        return Response(
+            [
+                {
+                    "version": v.version,
+                    "changed_by": v.changed_by.get_username() if v.changed_by else None,
+                    "changed_at": v.changed_at.isoformat(),
+                    "definition": v.definition,
+                }
+                for v in page
+            ],
+            headers=headers,
+        )
+
+
+class ConversationList(APIView):
+    @extend_schema(
+        responses=schema.ConversationSchema(many=True),
+        operation_id="conversations_list",
+    )
+    def get(self, request: Request) -> Response:
+        conversations = Conversation.objects.filter(owner=request.user).select_related(
+            "agent"
+        )
+        page, headers = paginate(request, conversations.order_by("-updated_at"))
+        return Response([conversation_payload(c) for c in page], headers=headers)
+
+    @extend_schema(
+        request=schema.ConversationCreateSchema,
+        responses={201: schema.ConversationSchema},
+    )
+    def post(self, request: Request) -> Response:
+        name = request.data.get("agent") if isinstance(request.data, dict) else None
+        if name:
+            agent = Agent.objects.filter(name=name).first()
+            if agent is None:
+                raise ApiValidationError({"agent": [f"No agent named '{name}'."]})
+        else:
+            agent = (
+                Agent.objects.filter(is_default=True).first() or Agent.objects.first()
+            )
+            if agent is None:
+                raise ApiValidationError({"agent": ["No agent is configured."]})
+        conversation = runs.conversation_create(owner=request.user, agent=agent)
+        return Response(
+            conversation_payload(conversation), status=status.HTTP_201_CREATED
+        )
+
+
+def _own_conversation(request: Request, conversation_id: str) -> Conversation:
+    conversation = (
+        Conversation.objects.select_related("agent")
+        .filter(pk=conversation_id, owner=request.user)
+        .first()
+    )
+    if conversation is None:
+        raise Http404
+    return conversation
+
+
+class ConversationDetail(APIView):
+    @extend_schema(responses=schema.ConversationDetailSchema)
+    def get(self, request: Request, conversation_id: str) -> Response:
+        conversation = _own_conversation(request, conversation_id)
+        return Response(redacted(conversation_payload(conversation, messages=True)))
+
+
+class ConversationMessages(APIView):
+    @extend_schema(
+        request=schema.MessageCreateSchema,
+        responses={202: schema.TaskRefSchema, 409: schema.TaskRefSchema},
+    )
+    def post(self, request: Request, conversation_id: str) -> Response:
+        conversation = _own_conversation(request, conversation_id)
+        content = (
+            request.data.get("content") if isinstance(request.data, dict) else None
+        )
+        if not isinstance(content, str) or not content.strip():
+            raise ApiValidationError({"content": ["Send the message text as content."]})
+        try:
+            task = runs.task_start(conversation=conversation, content=content)
+        except runs.ConversationBusy as busy:
+            return Response(
+                {
+                    "task": str(busy.task.pk),
+                    "error": "A task of this conversation is still active.",
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        except ValueError as exc:
+            raise ApiValidationError({"content": [str(exc)]}) from exc
+        return Response({"task": str(task.pk)}, status=status.HTTP_202_ACCEPTED)
+
+
+def visible_task(request: Request, task_id: str) -> Task:
+    task = (
+        visible_tasks(request.user)
+        .select_related("agent", "owner", "conversation")
+        .filter(pk=task_id)
+        .first()
+    )
+    if task is None:
+        raise Http404
+    return task
+
+
+class TaskList(APIView):
+    @extend_schema(responses=schema.TaskSchema(many=True), operation_id="tasks_list")
+    def get(self, request: Request) -> Response:
+        tasks = Task.objects.filter(owner=request.user).select_related("agent", "owner")
+        page, headers = paginate(request, tasks.order_by("-created_at"))
+        return Response([redacted(task_payload(t)) for t in page], headers=headers)
+
+
+class TaskDetail(APIView):
+    @extend_schema(responses=schema.TaskSchema)
+    def get(self, request: Request, task_id: str) -> Response:
+        return Response(redacted(task_payload(visible_task(request, task_id))))
+
+
+class TaskSteps(APIView):
+    @extend_schema(responses=schema.StepsSchema)
+    def get(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        try:
+            after = int(request.query_params.get("after", 0))
+        except ValueError as exc:
+            raise ApiValidationError({"after": ["after is an integer rev."]}) from exc
+        steps = task.steps.filter(rev__gt=after).order_by("rev")
+        return Response({"steps": [redacted(step_payload(s)) for s in steps]})
+
+
+class TaskCancel(APIView):
+    @extend_schema(
+        request=None, responses={202: schema.TaskSchema, 409: schema.ErrorSchema}
+    )
+    def post(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        user = request.user
+        if not (task.owner_id == user.pk or user.is_superuser):
+            raise PermissionDenied("Only the task's owner or an admin can cancel it.")
+        try:
+            task = runs.task_cancel(task=task, user=user)
+        except runs.TaskFinal:
+            return Response(
+                {"error": f"The task is already {task.status}.", "task": str(task.pk)},
+                status=status.HTTP_409_CONFLICT,
+            )
+        task.refresh_from_db()
+        return Response(redacted(task_payload(task)), status=status.HTTP_202_ACCEPTED)

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.contrib.auth.signals import user_logged_out
+
+
+class RunsConfig(AppConfig):
+    name = "runs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        user_logged_out.connect(_close_sockets, dispatch_uid="reach-close-sockets")
+
+
+def _close_sockets(sender: object, request: object, user: Any, **_: Any) -> None:
+    """Sockets close when the session ends."""
+    if user is None:
+        return
+    from infra.push import push, user_group
+
+    push(user_group(user.pk), {"type": "session.ended"})

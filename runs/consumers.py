@@ -1,0 +1,140 @@
+"""The task websocket: ``/ws/tasks/{id}/`` for the owner or an auditor."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from infra.push import task_group, user_group
+
+
+def origin_allowed(scope: dict[str, Any]) -> bool:
+    """The Origin header must name one of our hosts (the browser's own page)."""
+    headers = dict(scope.get("headers") or [])
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    if not origin:
+        return False
+    host = (urlparse(origin).hostname or "").lower()
+    allowed = [h.lower() for h in settings.ALLOWED_HOSTS]
+    return (
+        "*" in allowed
+        or host in allowed
+        or any(
+            h.startswith(".") and (host.endswith(h) or host == h[1:]) for h in allowed
+        )
+    )
+
+
+class ReachConsumer(AsyncJsonWebsocketConsumer):
+    """Shared checks: authenticated user, Origin; closes when the session ends."""
+
+    groups_joined: list[str]
+
+    async def connect(self) -> None:
+        self.groups_joined = []
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated or not origin_allowed(self.scope):
+            await self.close(code=4403)
+            return
+        if not await self.authorize(user):
+            await self.close(code=4403)
+            return
+        # Join before accepting, so nothing sent in between is missed.
+        for group in [*self.groups_for(user), user_group(user.pk)]:
+            await self.channel_layer.group_add(group, self.channel_name)
+            self.groups_joined.append(group)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def authorize(self, user: Any) -> bool:
+        raise NotImplementedError
+
+    def groups_for(self, user: Any) -> list[str]:
+        raise NotImplementedError
+
+    async def session_ended(self, message: dict[str, Any]) -> None:
+        await self.close(code=4401)
+
+    @classmethod
+    async def encode_json(cls, content: Any) -> str:
+        import json
+
+        return json.dumps(content, ensure_ascii=False)
+
+
+class TaskConsumer(ReachConsumer):
+    """Sends every change of one task, in ``rev`` order, then the task itself."""
+
+    #: The rev this client has every change up to, and the task rev last sent.
+    cursor: int = 0
+    task_rev_sent: int = 0
+
+    async def authorize(self, user: Any) -> bool:
+        self.task_id = str(self.scope["url_route"]["kwargs"]["task_id"])
+        rev = await database_sync_to_async(_watchable_rev)(user, self.task_id)
+        if rev is None:
+            return False
+        # Read before joining the group; what changes in between is sent on connect.
+        self.cursor = self.task_rev_sent = rev
+        return True
+
+    def groups_for(self, user: Any) -> list[str]:
+        return [task_group(self.task_id)]
+
+    async def connect(self) -> None:
+        await super().connect()
+        if self.groups_joined:
+            await self.send_changes()
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not isinstance(content, dict) or content.get("type") != "resume":
+            await self.send_json({"type": "error", "error": "Unknown message."})
+            return
+        try:
+            after = int(content.get("after", 0))
+        except (TypeError, ValueError):
+            await self.send_json({"type": "error", "error": "after must be a number."})
+            return
+        await self.send_changes(after=after, with_task=True)
+
+    async def reach_changed(self, message: dict[str, Any]) -> None:
+        await self.send_changes()
+
+    async def send_changes(
+        self, *, after: int | None = None, with_task: bool = False
+    ) -> None:
+        """Every step changed after ``after`` (default: the cursor), then the task
+        when it changed (or always, ``with_task``)."""
+        from runs.events import changes_since
+
+        since = self.cursor if after is None else after
+        events, task, cursor = await database_sync_to_async(changes_since)(
+            self.task_id, since
+        )
+        for event in events:
+            await self.send_json(event)
+        if task is not None and (
+            with_task or task["task"]["rev"] != self.task_rev_sent
+        ):
+            await self.send_json(task)
+            self.task_rev_sent = task["task"]["rev"]
+        self.cursor = max(self.cursor, cursor)
+
+
+def _watchable_rev(user: Any, task_id: str) -> int | None:
+    """The task's rev if ``user`` may watch it (its owner or an auditor)."""
+    from runs.models import Task
+
+    task = Task.objects.filter(pk=task_id).only("owner_id", "rev").first()
+    if task is None:
+        return None
+    if task.owner_id == user.pk or user.has_perm("runs.audit_task"):
+        return int(task.rev)
+    return None

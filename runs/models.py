@@ -1,0 +1,286 @@
+"""Runs: conversations, their messages, tasks (one run of the loop) and steps.
+
+The tables keep the names they had in the ``agents`` app (``db_table``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from engine import spec as engine
+from registry.models import Agent
+
+
+class Conversation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT)
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agents_conversation"
+        ordering = ["-updated_at"]
+        indexes = [models.Index(fields=["owner", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or str(self.id)
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField()
+    task = models.ForeignKey(
+        "Task", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "agents_message"
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:60]}"
+
+
+class Task(models.Model):
+    """One run of the agent loop toward one user goal."""
+
+    Status = models.TextChoices(
+        "Status", [(s.name, s.value) for s in engine.TaskStatus]
+    )
+    StopReason = models.TextChoices(
+        "StopReason", [(s.name, s.value) for s in engine.StopReason]
+    )
+    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.WAITING_APPROVAL)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="tasks"
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tasks"
+    )
+    model = models.CharField(max_length=200)
+    goal = models.TextField()
+    status = models.CharField(
+        max_length=20, choices=Status.choices, default=Status.QUEUED, db_index=True
+    )
+    stop_reason = models.CharField(
+        max_length=30, choices=StopReason.choices, null=True, blank=True
+    )
+    final_answer = models.TextField(null=True, blank=True)
+    error_message = models.TextField(blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    step_count = models.PositiveIntegerField(default=0)
+    rev = models.PositiveBigIntegerField(default=0)
+    # The lease: who drives the run, under which epoch, until when.
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_epoch = models.PositiveIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    active_seconds = models.FloatField(default=0.0)
+    cancel_requested = models.BooleanField(default=False)
+    tainted_by = models.JSONField(default=list, blank=True)
+    # The agent as this run used it: instructions, limits and tool definitions.
+    agent_snapshot = models.JSONField(default=dict, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    parent_seq = models.PositiveIntegerField(null=True, blank=True)
+    origin = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agents_task"
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["owner", "-created_at"]),
+            models.Index(fields=["status", "lease_expires_at"]),
+        ]
+        permissions = [("audit_task", "Can read every task, trace and approval")]
+
+    def __str__(self) -> str:
+        return f"{self.goal[:40]} ({self.status})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in engine.FINAL_TASK_STATUSES
+
+    @property
+    def is_imported(self) -> bool:
+        return self.origin is not None
+
+    @property
+    def usage(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class Step(models.Model):
+    """One model call, tool call, note or compaction of a task."""
+
+    Kind = models.TextChoices("Kind", [(k.name, k.value) for k in engine.StepKind])
+    Status = models.TextChoices(
+        "Status", [(s.name, s.value) for s in engine.StepStatus]
+    )
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    seq = models.PositiveIntegerField()
+    rev = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    status = models.CharField(max_length=20, choices=Status.choices)
+    tool = models.CharField(max_length=64, null=True, blank=True, db_index=True)
+    tool_version = models.PositiveIntegerField(null=True, blank=True)
+    call_id = models.CharField(max_length=200, null=True, blank=True)
+    call_index = models.PositiveIntegerField(null=True, blank=True)
+    parent_seq = models.PositiveIntegerField(null=True, blank=True)
+    arguments = models.JSONField(null=True, blank=True)
+    raw_arguments = models.TextField(null=True, blank=True)
+    proposed_arguments = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    error_class = models.CharField(max_length=50, null=True, blank=True)
+    attempts = models.JSONField(default=list, blank=True)
+    model = models.CharField(max_length=200, null=True, blank=True)
+    request_id = models.CharField(max_length=200, null=True, blank=True)
+    response = models.JSONField(null=True, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    tainted_by = models.JSONField(default=list, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agents_step"
+        ordering = ["seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "seq"], name="uniq_step_seq"),
+        ]
+        indexes = [models.Index(fields=["task", "rev"])]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.tool or self.kind} ({self.status})"
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return round((self.finished_at - self.started_at).total_seconds() * 1000, 1)
+
+    def record(self) -> engine.StepRecord:
+        return engine.StepRecord(
+            seq=self.seq,
+            kind=engine.StepKind(self.kind),
+            status=engine.StepStatus(self.status),
+            tool=self.tool,
+            tool_version=self.tool_version,
+            call_id=self.call_id,
+            call_index=self.call_index,
+            parent_seq=self.parent_seq,
+            arguments=self.arguments,
+            raw_arguments=self.raw_arguments,
+            proposed_arguments=self.proposed_arguments,
+            result=self.result,
+            error=self.error,
+            error_class=self.error_class,
+            attempts=list(self.attempts or []),
+            model=self.model,
+            request_id=self.request_id,
+            response=self.response,
+            usage=self.usage,
+            idempotency_key=self.idempotency_key,
+            tainted_by=list(self.tainted_by or []),
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            detail=dict(self.detail or {}),
+            rev=self.rev,
+        )
+
+    RECORD_FIELDS = (
+        "kind",
+        "status",
+        "tool",
+        "tool_version",
+        "call_id",
+        "call_index",
+        "parent_seq",
+        "arguments",
+        "raw_arguments",
+        "proposed_arguments",
+        "result",
+        "error",
+        "error_class",
+        "attempts",
+        "model",
+        "request_id",
+        "response",
+        "usage",
+        "idempotency_key",
+        "tainted_by",
+        "detail",
+        "started_at",
+        "finished_at",
+    )
+
+    def apply(self, record: engine.StepRecord) -> None:
+        for name in self.RECORD_FIELDS:
+            value: Any = getattr(record, name)
+            if hasattr(value, "value") and name in ("kind", "status"):
+                value = value.value
+            setattr(self, name, value)
+
+
+class ApiToken(models.Model):
+    """A bearer token for the API; only its hash is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "agents_apitoken"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name or 'unnamed'})"
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()

@@ -1,0 +1,129 @@
+"""The JSON shapes of API.md, shared by the API, websockets and trace exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from registry.payloads import iso
+from runs.models import Conversation, Step, Task
+
+STEP_KEYS = (
+    "seq",
+    "rev",
+    "kind",
+    "status",
+    "tool",
+    "call_id",
+    "arguments",
+    "raw_arguments",
+    "proposed_arguments",
+    "result",
+    "error",
+    "attempts",
+    "model",
+    "request_id",
+    "response",
+    "usage",
+    "idempotency_key",
+    "tainted_by",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+)
+
+
+def step_payload(step: Step) -> dict[str, Any]:
+    """A step exactly as API.md lists it (every key present), plus extras."""
+    tool_step = step.kind == Step.Kind.TOOL_CALL
+    return {
+        "seq": step.seq,
+        "rev": step.rev,
+        "kind": step.kind,
+        "status": step.status,
+        "tool": step.tool,
+        "call_id": step.call_id,
+        "arguments": step.arguments,
+        "raw_arguments": step.raw_arguments,
+        "proposed_arguments": step.proposed_arguments,
+        "result": step.result,
+        "error": step.error,
+        "attempts": step.attempts or None,
+        "model": step.model,
+        "request_id": step.request_id,
+        "response": step.response,
+        "usage": step.usage,
+        "idempotency_key": step.idempotency_key,
+        "tainted_by": list(step.tainted_by or []) if tool_step else None,
+        "started_at": iso(step.started_at),
+        "finished_at": iso(step.finished_at),
+        "duration_ms": step.duration_ms,
+        # Extensions (API.md allows new fields).
+        "error_class": step.error_class,
+        "tool_version": step.tool_version,
+        "parent_seq": step.parent_seq,
+        "call_index": step.call_index,
+        "detail": _public_detail(step.detail or {}),
+    }
+
+
+def _public_detail(detail: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in detail.items() if k != "signature"}
+
+
+def task_payload(task: Task) -> dict[str, Any]:
+    parent = None
+    if task.parent_id is not None:
+        parent = {"task": str(task.parent_id), "seq": task.parent_seq}
+    elif task.origin and task.origin.get("parent"):
+        parent = task.origin["parent"]
+    return {
+        "id": str(task.id),
+        "conversation": str(task.conversation_id),
+        "agent": task.agent.name,
+        "model": task.model,
+        "status": task.status,
+        "stop_reason": task.stop_reason,
+        "final_answer": task.final_answer,
+        "usage": task.usage,
+        "steps": task.step_count,
+        "parent": parent,
+        "created_at": iso(task.created_at),
+        "finished_at": iso(task.finished_at),
+        # Extensions.
+        "goal": task.goal,
+        "owner": task.owner.get_username(),
+        "error": task.error_message or None,
+        "started_at": iso(task.started_at),
+        "tainted_by": task.tainted_by or [],
+        "origin": _origin_summary(task.origin),
+        "rev": task.rev,
+    }
+
+
+def _origin_summary(origin: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An imported task's origin without the records it carries (the trace has them)."""
+    if origin is None:
+        return None
+    return {k: v for k, v in origin.items() if k not in ("approvals", "audit")}
+
+
+def conversation_payload(
+    conversation: Conversation, *, messages: bool = False
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": str(conversation.id),
+        "agent": conversation.agent.name,
+        "created_at": iso(conversation.created_at),
+        "title": conversation.title,
+    }
+    if messages:
+        data["messages"] = [
+            {
+                "role": m.role,
+                "content": m.content,
+                "task": str(m.task_id) if m.task_id else None,
+                "created_at": iso(m.created_at),
+            }
+            for m in conversation.messages.all()
+        ]
+    return data

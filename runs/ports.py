@@ -1,0 +1,50 @@
+"""Where higher apps plug into a run (DESIGN.md "Layout": lower layers never import
+higher ones).
+
+A run parks a call by opening an approval request, and a cancelled run withdraws
+its pending requests; both belong to ``approvals``, which sits above ``runs``. The
+approvals app plugs its services in here from ``AppConfig.ready``; this is the only
+place ``runs`` reaches up, and it does so through these typed slots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
+
+if TYPE_CHECKING:
+    from runs.models import Step, Task
+
+
+class OpenApproval(Protocol):
+    def __call__(self, *, task: Task, step: Step, recovery: bool = False) -> object:
+        """Park ``step``: create its request inside the caller's transaction."""
+
+
+class CancelApprovals(Protocol):
+    def __call__(self, *, task: Task) -> None:
+        """Cancel the task's pending requests inside the caller's transaction."""
+
+
+@dataclass
+class ApprovalPort:
+    open: OpenApproval
+    cancel_for_task: CancelApprovals
+
+
+_approvals: ApprovalPort | None = None
+
+
+def plug_approvals(port: ApprovalPort) -> None:
+    global _approvals
+    _approvals = port
+
+
+def approvals() -> ApprovalPort:
+    if _approvals is None:
+        raise ImproperlyConfigured(
+            "No approval service is plugged in: add 'approvals' to INSTALLED_APPS."
+        )
+    return _approvals

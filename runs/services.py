@@ -1,0 +1,889 @@
+"""Runs: starting, claiming, advancing, cancelling and reaping tasks.
+
+The Celery task ``advance`` is a thin shell over :func:`task_advance`. A run is
+claimed with a guarded UPDATE that bumps its lease epoch; every later write of that
+run is conditional on the same owner and epoch (:class:`DjangoJournal`), so a
+worker whose lease was taken over stops instead of writing beside the new owner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import Exists, F, OuterRef, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
+from engine.spec import (
+    FINAL_TASK_STATUSES,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    StopReason,
+    TaskStatus,
+    ToolSpec,
+    Usage,
+)
+from runs import events as notify
+from runs import ports
+from runs.models import Conversation, Message, Step, Task
+
+log = logging.getLogger(__name__)
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ConversationBusy(Exception):
+    """A task of this conversation is still queued or running."""
+
+    def __init__(self, task: Task) -> None:
+        super().__init__(str(task.pk))
+        self.task = task
+
+
+class TaskFinal(Exception):
+    """The task already reached a final status."""
+
+
+# -- starting --------------------------------------------------------------------
+
+
+def conversation_create(*, owner: Any, agent: Any) -> Conversation:
+    now = timezone.now()
+    return Conversation.objects.create(
+        owner=owner, agent=agent, created_at=now, updated_at=now
+    )
+
+
+def _history_taint(conversation: Conversation) -> list[str]:
+    """Taint sources of the conversation's earlier tasks (they carry over)."""
+    sources: list[str] = []
+    for tainted in conversation.tasks.exclude(tainted_by=[]).values_list(
+        "tainted_by", flat=True
+    ):
+        for source in tainted or []:
+            if source not in sources:
+                sources.append(source)
+    return sources
+
+
+def task_start(
+    *,
+    conversation: Conversation,
+    content: str,
+    parent: Task | None = None,
+    parent_seq: int | None = None,
+    model: str | None = None,
+) -> Task:
+    """Record the user's message and a new task for it; enqueue it after commit."""
+    from infra.runtime import redactor
+    from registry.services import agent_snapshot
+
+    # What the user typed is recorded and sent to the model: secrets are not.
+    content = redactor().text(content.strip())
+    if not content:
+        raise ValueError("The message is empty.")
+    if len(content) > settings.REACH_MAX_MESSAGE_CHARS:
+        raise ValueError(
+            f"The message is longer than {settings.REACH_MAX_MESSAGE_CHARS} characters."
+        )
+    with transaction.atomic():
+        # Lock the conversation: one active task per conversation.
+        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        active = conversation.tasks.filter(status__in=Task.ACTIVE).first()
+        if active is not None:
+            raise ConversationBusy(active)
+        if conversation.tasks.filter(origin__isnull=False).exists():
+            # An imported trace is a read-only record: nothing runs beside it.
+            raise ValueError(
+                "This conversation holds an imported trace; it is read-only."
+            )
+        now = timezone.now()
+        snapshot = agent_snapshot(conversation.agent)
+        if model:
+            snapshot["model"] = model
+        taint = _history_taint(conversation)
+        if parent is not None:
+            for source in parent.tainted_by or []:
+                if source not in taint:
+                    taint.append(source)
+        task = Task.objects.create(
+            conversation=conversation,
+            agent=conversation.agent,
+            owner=conversation.owner,
+            model=snapshot["model"],
+            goal=content,
+            agent_snapshot=snapshot,
+            tainted_by=taint,
+            parent=parent,
+            parent_seq=parent_seq,
+            created_at=now,
+            updated_at=now,
+        )
+        Message.objects.create(
+            conversation=conversation,
+            role=Message.Role.USER,
+            content=content,
+            task=task,
+            created_at=now,
+        )
+        updates: dict[str, Any] = {"updated_at": now}
+        if not conversation.title:
+            updates["title"] = content[:80]
+        Conversation.objects.filter(pk=conversation.pk).update(**updates)
+        from audit.services import audit_append
+
+        audit_append(
+            kind="task.started",
+            actor=conversation.owner,
+            task_id=task.pk,
+            object_type="task",
+            object_id=task.pk,
+            data={"agent": conversation.agent.name, "model": task.model},
+        )
+        enqueue_advance(task.pk)
+        notify.task_changed_on_commit(task.pk)
+    return task
+
+
+def enqueue_advance(task_id: Any, *, countdown: float | None = None) -> None:
+    """Enqueue ``advance`` once the current transaction commits."""
+    from runs.tasks import advance
+
+    def send() -> None:
+        try:
+            advance.apply_async((str(task_id),), countdown=countdown)
+        except Exception:  # noqa: BLE001 - the reaper re-queues it
+            log.warning("enqueue of task %s failed; the reaper will retry", task_id)
+
+    transaction.on_commit(send)
+
+
+# -- cancelling --------------------------------------------------------------------
+
+
+def task_cancel(*, task: Task, user: Any) -> Task:
+    """Cancel a task: at once when idle, at the next step boundary when running."""
+    with transaction.atomic():
+        task = Task.objects.select_for_update().get(pk=task.pk)
+        if task.status in FINAL_TASK_STATUSES:
+            raise TaskFinal()
+        now = timezone.now()
+        task.cancel_requested = True
+        fields = ["cancel_requested", "updated_at"]
+        if task.status in (TaskStatus.QUEUED, TaskStatus.WAITING_APPROVAL) or (
+            task.lease_expires_at is not None and task.lease_expires_at < now
+        ):
+            # Nobody drives it now: finish here.
+            ports.approvals().cancel_for_task(task=task)
+            _finish_task(task, StopReason.CANCELLED, answer=None, message=None)
+            fields += [
+                "status",
+                "stop_reason",
+                "finished_at",
+                "error_message",
+                "lease_owner",
+                "lease_expires_at",
+                "rev",
+            ]
+        task.updated_at = now
+        task.save(update_fields=fields)
+        from audit.services import audit_append
+
+        audit_append(
+            kind="task.cancel_requested",
+            actor=user,
+            task_id=task.pk,
+            object_type="task",
+            object_id=task.pk,
+        )
+        notify.task_changed_on_commit(task.pk)
+    return task
+
+
+def _finish_task(
+    task: Task, reason: StopReason, *, answer: str | None, message: str | None
+) -> None:
+    """Set final fields on a locked task and add the assistant's reply."""
+    now = timezone.now()
+    # Error messages can quote what a server echoed back (keys included).
+    answer = _redact_text(answer)
+    message = _redact_text(message)
+    task.status = reason.task_status.value
+    task.stop_reason = reason.value
+    task.final_answer = answer
+    task.error_message = message or ""
+    task.finished_at = now
+    task.lease_owner = ""
+    task.lease_expires_at = None
+    task.rev += 1
+    text = answer if answer is not None else (message or _reason_text(reason))
+    Message.objects.create(
+        conversation_id=task.conversation_id,
+        role=Message.Role.ASSISTANT,
+        content=text,
+        task=task,
+        created_at=now,
+    )
+    Conversation.objects.filter(pk=task.conversation_id).update(updated_at=now)
+    from audit.services import audit_append
+
+    audit_append(
+        kind="task.finished",
+        actor="system",
+        task_id=task.pk,
+        object_type="task",
+        object_id=task.pk,
+        data={"status": task.status, "stop_reason": task.stop_reason},
+    )
+
+
+def _reason_text(reason: StopReason) -> str:
+    return {
+        StopReason.CANCELLED: "Cancelled.",
+    }.get(reason, f"Stopped ({reason.value}).")
+
+
+# -- claiming ----------------------------------------------------------------------
+
+#: SQLite has one writer at a time. A writer that finds the database locked waits
+#: in SQLite's busy handler, which sleeps in coarse steps (up to 100 ms a try), so
+#: under a hundred concurrent runs some writers starve for seconds. Within one
+#: process, runs queue on this lock instead and get the write the moment it is
+#: free. (PostgreSQL needs none of this: rows are locked, not the database.)
+_sqlite_writes = threading.RLock()
+
+
+@contextmanager
+def _write_transaction() -> Iterator[None]:
+    """``transaction.atomic()``, serialised within this process on SQLite."""
+    if connection.vendor == "sqlite":
+        with _sqlite_writes, transaction.atomic():
+            yield
+    else:
+        with transaction.atomic():
+            yield
+
+
+def task_claim(*, task_id: Any, owner: str) -> int | None:
+    """Take the lease of a runnable task; return the new epoch, or None."""
+    now = timezone.now()
+    waiting = Step.objects.filter(
+        task=OuterRef("pk"), status=StepStatus.WAITING_APPROVAL
+    )
+    claimable = (
+        Q(status=TaskStatus.QUEUED)
+        | Q(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
+        | Q(status=TaskStatus.RUNNING, lease_expires_at__isnull=True)
+        | (Q(status=TaskStatus.WAITING_APPROVAL) & ~Exists(waiting))
+    )
+    with _sqlite_writes if connection.vendor == "sqlite" else nullcontext():
+        # Most claims are of a fresh task: try that simple, cheap UPDATE first.
+        claimed = _claim_update(Q(status=TaskStatus.QUEUED), task_id, owner, now)
+        if claimed != 1:
+            claimed = _claim_update(claimable, task_id, owner, now)
+    if claimed != 1:
+        return None
+    row = Task.objects.filter(pk=task_id).values("lease_epoch", "lease_owner").first()
+    if row is None or row["lease_owner"] != owner:
+        return None
+    notify.task_changed_on_commit(task_id)
+    return int(row["lease_epoch"])
+
+
+def _claim_update(claimable: Q, task_id: Any, owner: str, now: Any) -> int:
+    return (
+        # Imported traces (origin set) are records, never runs.
+        Task.objects.filter(claimable, pk=task_id, origin__isnull=True).update(
+            status=TaskStatus.RUNNING,
+            lease_owner=owner,
+            lease_epoch=F("lease_epoch") + 1,
+            lease_expires_at=now + timedelta(seconds=settings.REACH_LEASE_S),
+            started_at=Coalesce("started_at", now),
+            updated_at=now,
+            rev=F("rev") + 1,
+        )
+    )
+
+
+class _Heartbeat:
+    """One thread per process extends the leases of the runs it drives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, tuple[str, int]] = {}
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+
+    def add(self, task_id: str, owner: str, epoch: int) -> None:
+        with self._lock:
+            self._runs[task_id] = (owner, epoch)
+            if self._thread is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._loop, name="reach-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def remove(self, task_id: str) -> None:
+        with self._lock:
+            self._runs.pop(task_id, None)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(settings.REACH_HEARTBEAT_S)
+            with self._lock:
+                runs = dict(self._runs)
+            if not runs:
+                continue
+            try:
+                close_old_connections()
+                expires = timezone.now() + timedelta(seconds=settings.REACH_LEASE_S)
+                with _write_transaction():
+                    for task_id, (owner, epoch) in runs.items():
+                        Task.objects.filter(
+                            pk=task_id, lease_owner=owner, lease_epoch=epoch
+                        ).update(lease_expires_at=expires)
+            except Exception:  # noqa: BLE001 - next beat tries again
+                log.warning("lease heartbeat failed", exc_info=True)
+            finally:
+                # Hold no connection between beats (a pool or the server keeps it).
+                connection.close()
+
+
+_heartbeat = _Heartbeat()
+
+
+# -- the journal -------------------------------------------------------------------
+
+
+#: The task's columns a snapshot (and _history) reads.
+_SNAPSHOT_FIELDS = (
+    "id",
+    "conversation_id",
+    "goal",
+    "model",
+    "agent_snapshot",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "tainted_by",
+    "active_seconds",
+    "created_at",
+)
+
+
+class DjangoJournal:
+    """The engine's Journal over the database, fenced by one lease."""
+
+    def __init__(self, task: Task, *, owner: str, epoch: int) -> None:
+        self.task_id = str(task.pk)
+        self._task_pk = task.pk
+        self.owner = owner
+        self.epoch = epoch
+        self._claimed_at = time.monotonic()
+        self._active_before = task.active_seconds
+        # Step ids by seq, so an update needs no lookup (filled as steps are seen).
+        self._step_pks: dict[int, int] = {}
+        # What task events show besides the task's own columns, loaded once.
+        self._agent = task.agent
+        self._owner = task.owner
+
+    # reading
+
+    def snapshot(self) -> RunSnapshot:
+        task = Task.objects.only(*_SNAPSHOT_FIELDS).get(pk=self._task_pk)
+        rows = list(task.steps.order_by("seq"))
+        self._step_pks.update((row.seq, row.pk) for row in rows)
+        steps = [row.record() for row in rows]
+        snapshot = task.agent_snapshot or {}
+        return RunSnapshot(
+            goal=task.goal,
+            system=_system_prompt(snapshot),
+            model=task.model,
+            steps=steps,
+            usage=Usage(task.prompt_tokens, task.completion_tokens, task.total_tokens),
+            history=_history(task),
+            inherited_taint=list(task.tainted_by or []),
+            active_seconds=task.active_seconds,
+        )
+
+    def control(self) -> Control:
+        # Raw SQL on the per-step path: the ORM costs ten times the query here.
+        with connection.cursor() as cursor:
+            cursor.execute(_control_sql(), [_task_pk_param(self._task_pk)])
+            row = cursor.fetchone()
+        if (
+            row is None
+            or row[0] != self.owner
+            or row[1] != self.epoch
+            or row[3] != TaskStatus.RUNNING
+        ):
+            raise LeaseLost(self.task_id)
+        return Control(cancelled=bool(row[2]))
+
+    def active_seconds(self) -> float:
+        return self._active_before + (time.monotonic() - self._claimed_at)
+
+    # writing (every write locks the task row and checks the lease)
+
+    def _locked_task(self) -> Task:
+        # The snapshot (tool definitions) is large and never written here.
+        task = (
+            Task.objects.select_for_update()
+            .defer("agent_snapshot")
+            .get(pk=self._task_pk)
+        )
+        if (
+            task.lease_owner != self.owner
+            or task.lease_epoch != self.epoch
+            or task.status != TaskStatus.RUNNING
+        ):
+            raise LeaseLost(self.task_id)
+        task.agent, task.owner = self._agent, self._owner
+        return task
+
+    def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
+        """One fenced UPDATE of the task's counters, one INSERT of the steps."""
+        usage = [0, 0, 0]
+        for record in steps:
+            if record.kind is StepKind.MODEL_CALL and record.usage:
+                usage[0] += record.usage.get("prompt_tokens", 0)
+                usage[1] += record.usage.get("completion_tokens", 0)
+                usage[2] += record.usage.get("total_tokens", 0)
+        with _write_transaction():
+            last = self._fenced_bump(len(steps), usage=usage, steps=len(steps))
+            first = last - len(steps) + 1
+            rows = []
+            for offset, record in enumerate(steps):
+                row = Step(task_id=self._task_pk, seq=record.seq, rev=first + offset)
+                row.apply(_stored(record))
+                rows.append(row)
+            Step.objects.bulk_create(rows)
+            if any(row.pk is None for row in rows):
+                # A backend that cannot return ids from a bulk insert.
+                rows = list(
+                    Step.objects.filter(
+                        task_id=self._task_pk, seq__in=[r.seq for r in rows]
+                    )
+                )
+            self._step_pks.update((row.seq, row.pk) for row in rows)
+            waiting = [r for r in rows if r.status == StepStatus.WAITING_APPROVAL]
+            if waiting:
+                task = Task.objects.select_related("agent", "owner").get(
+                    pk=self._task_pk
+                )
+                for row in waiting:
+                    ports.approvals().open(task=task, step=row)
+            notify.task_changed_on_commit(self._task_pk)
+        return [row.record() for row in sorted(rows, key=lambda r: r.seq)]
+
+    def update(self, step: StepRecord) -> StepRecord:
+        """One fenced UPDATE of the task (its rev), one UPDATE of the step.
+
+        This runs twice per tool call, so it is raw SQL: the same statements the
+        ORM would send, without its cost per query (ten times the query's own).
+        """
+        with _write_transaction():
+            rev = self._fenced_bump()
+            stored = _stored(step)
+            row = Step(task_id=self._task_pk, seq=step.seq, rev=rev)
+            row.apply(stored)
+            pk = self._step_pks.get(step.seq)
+            if pk is None:
+                pk = Step.objects.only("pk").get(task_id=self._task_pk, seq=step.seq).pk
+                self._step_pks[step.seq] = pk
+            row.pk = pk
+            with connection.cursor() as cursor:
+                sql, params = _step_update_sql(row)
+                cursor.execute(sql, params)
+            if step.detail.get("untrusted") and step.status in (
+                StepStatus.SUCCEEDED,
+                StepStatus.CACHED,
+            ):
+                task = Task.objects.only("tainted_by").get(pk=self._task_pk)
+                label = f"{step.tool}#{step.seq}"
+                if label not in (task.tainted_by or []):
+                    task.tainted_by = [*(task.tainted_by or []), label]
+                    task.save(update_fields=["tainted_by"])
+            notify.task_changed_on_commit(self._task_pk)
+        return row.record()
+
+    def _fenced_bump(
+        self, count: int = 1, *, usage: Sequence[int] = (0, 0, 0), steps: int = 0
+    ) -> int:
+        """Bump the task's rev by ``count`` (and its token and step counters) if
+        this worker still holds the lease; return the new rev.
+
+        The UPDATE is the fence: it matches only under the same owner and epoch,
+        and it locks the row (PostgreSQL) inside the transaction that SQLite's
+        IMMEDIATE mode already holds, so the rev read back is ours.
+        """
+        pk = _task_pk_param(self._task_pk)
+        now = Task._meta.get_field("updated_at").get_db_prep_save(
+            timezone.now(), connection
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _bump_sql(),
+                [
+                    count,
+                    *usage,
+                    steps,
+                    now,
+                    pk,
+                    self.owner,
+                    self.epoch,
+                    TaskStatus.RUNNING.value,
+                ],
+            )
+            if cursor.rowcount != 1:
+                raise LeaseLost(self.task_id)
+            cursor.execute(_rev_sql(), [pk])
+            return int(cursor.fetchone()[0])
+
+    def park(self) -> bool:
+        with _write_transaction():
+            task = self._locked_task()
+            waiting = task.steps.filter(status=StepStatus.WAITING_APPROVAL).exists()
+            if not waiting:
+                # Decided while we were busy: go on instead of parking.
+                return False
+            task.status = TaskStatus.WAITING_APPROVAL
+            task.lease_owner = ""
+            task.lease_expires_at = None
+            task.active_seconds = self.active_seconds()
+            task.rev += 1
+            task.updated_at = timezone.now()
+            task.save(
+                update_fields=[
+                    "status",
+                    "lease_owner",
+                    "lease_expires_at",
+                    "active_seconds",
+                    "rev",
+                    "updated_at",
+                ]
+            )
+            notify.task_changed_on_commit(task.pk)
+        return True
+
+    def finish(
+        self, reason: StopReason, *, answer: str | None, message: str | None
+    ) -> None:
+        with _write_transaction():
+            task = self._locked_task()
+            if reason is StopReason.CANCELLED:
+                ports.approvals().cancel_for_task(task=task)
+                self._skip_open_steps(task)
+            task.active_seconds = self.active_seconds()
+            _finish_task(task, reason, answer=answer, message=message)
+            task.updated_at = timezone.now()
+            task.save()
+            notify.task_changed_on_commit(task.pk)
+
+    def _skip_open_steps(self, task: Task) -> None:
+        open_steps = task.steps.filter(
+            status__in=[
+                StepStatus.RUNNING,
+                StepStatus.WAITING_APPROVAL,
+                StepStatus.APPROVED,
+            ]
+        )
+        # The caller (finish) saves the task and tells its watchers.
+        for row in open_steps:
+            task.rev += 1
+            row.status = StepStatus.SKIPPED
+            row.error = row.error or "Cancelled before it ran."
+            row.error_class = row.error_class or "cancelled"
+            row.finished_at = row.finished_at or timezone.now()
+            row.rev = task.rev
+            row.save()
+
+    def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
+        """A write's outcome is unknown and it is not safe to retry: ask a human.
+
+        Either the worker stopped while it ran (a crash), or it timed out and its
+        handler was abandoned, so it may still be finishing.
+        """
+        timed_out = step.error_class == "timeout"
+        with _write_transaction():
+            task = self._locked_task()
+            row = Step.objects.select_for_update().get(task=task, seq=step.seq)
+            if timed_out:
+                # Keep what the attempt recorded (its duration and error).
+                pk = row.pk
+                row.apply(_stored(step))
+                row.pk = pk
+            task.rev += 1
+            row.status = StepStatus.WAITING_APPROVAL
+            row.error = (
+                f"{step.error} Whether it happened is unknown. An operator must "
+                "check before it is retried."
+                if timed_out
+                else "The worker stopped while this call was running; whether it "
+                "happened is unknown. An operator must check before it is retried."
+            )
+            row.error_class = "outcome_unknown"
+            row.rev = task.rev
+            row.save()
+            task.save(update_fields=["rev"])
+            ports.approvals().open(task=task, step=row, recovery=True)
+            notify.task_changed_on_commit(task.pk)
+        return row.record()
+
+
+# Raw SQL of the per-step path: identifiers come from model metadata, every value
+# is a parameter, each value prepared by its field exactly as the ORM does it.
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def _task_pk_param(pk: Any) -> Any:
+    return Task._meta.get_field("id").get_db_prep_value(pk, connection)
+
+
+@functools.cache
+def _control_sql() -> str:
+    names = ("lease_owner", "lease_epoch", "cancel_requested", "status")
+    columns = ", ".join(_q(name) for name in names)
+    table = _q(Task._meta.db_table)
+    return f"SELECT {columns} FROM {table} WHERE {_q('id')} = %s"  # noqa: S608
+
+
+@functools.cache
+def _bump_sql() -> str:
+    counters = ", ".join(
+        f"{_q(name)} = {_q(name)} + %s"
+        for name in (
+            "rev",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "step_count",
+        )
+    )
+    return (
+        f"UPDATE {_q(Task._meta.db_table)} SET {counters}, "  # noqa: S608
+        f"{_q('updated_at')} = %s WHERE {_q('id')} = %s AND {_q('lease_owner')} = %s "
+        f"AND {_q('lease_epoch')} = %s AND {_q('status')} = %s"
+    )
+
+
+@functools.cache
+def _rev_sql() -> str:
+    table = _q(Task._meta.db_table)
+    return f"SELECT {_q('rev')} FROM {table} WHERE {_q('id')} = %s"  # noqa: S608
+
+
+def _step_update_sql(row: Step) -> tuple[str, list[Any]]:
+    """The UPDATE the ORM would send for every recorded field of ``row``."""
+    fields = [Step._meta.get_field(name) for name in (*Step.RECORD_FIELDS, "rev")]
+    assignments = ", ".join(f"{_q(f.column)} = %s" for f in fields)  # type: ignore[union-attr]
+    params: list[Any] = [
+        f.get_db_prep_save(getattr(row, f.attname), connection)  # type: ignore[union-attr]
+        for f in fields
+    ]
+    params.append(row.pk)
+    table = _q(Step._meta.db_table)
+    return f"UPDATE {table} SET {assignments} WHERE {_q('id')} = %s", params  # noqa: S608
+
+
+def _redact_text(text: str | None) -> str | None:
+    from infra.runtime import redactor
+
+    return redactor().text(text) if text else text
+
+
+def _stored(record: StepRecord) -> StepRecord:
+    """What is persisted of a step: redacted, then clipped.
+
+    The engine redacts what it knows to be payloads; this catches the rest
+    (validation messages quoting arguments, attempt errors, model errors that
+    echo a key) on the one path every step takes to the database.
+    """
+    from infra.runtime import redactor
+
+    r = redactor()
+    redacted = record.copy(
+        arguments=r.data(record.arguments),
+        raw_arguments=_redact_text(record.raw_arguments),
+        proposed_arguments=r.data(record.proposed_arguments),
+        result=r.data(record.result),
+        error=_redact_text(record.error),
+        attempts=r.data(list(record.attempts or [])),
+        response=r.data(record.response),
+        detail=r.data(dict(record.detail or {})),
+    )
+    return _clip(redacted)
+
+
+def _clip(record: StepRecord) -> StepRecord:
+    """Bound what is stored of a result (the model already saw a shaped one)."""
+    from engine.canonical import dumps
+
+    limit = settings.REACH_MAX_STORED_RESULT_CHARS
+    if record.result is not None:
+        text = dumps(record.result)
+        if len(text) > limit:
+            return record.copy(
+                result={
+                    "truncated": True,
+                    "partial_result": text[:limit],
+                    "total_chars": len(text),
+                }
+            )
+    return record
+
+
+def _system_prompt(snapshot: dict[str, Any]) -> str:
+    return str(snapshot.get("instructions") or "You are a helpful assistant.")
+
+
+def _history(task: Task, limit: int = 20) -> list[dict[str, str]]:
+    """Earlier turns of the conversation: user messages and final replies."""
+    carried = (task.agent_snapshot or {}).get("history")
+    if isinstance(carried, list):
+        # A fork carries its parent's context (it lives in a new conversation).
+        return [
+            {"role": str(m.get("role")), "content": str(m.get("content"))}
+            for m in carried
+            if isinstance(m, dict)
+        ][-limit:]
+    messages = list(
+        Message.objects.filter(
+            conversation_id=task.conversation_id, created_at__lt=task.created_at
+        )
+        .exclude(task=task)
+        .order_by("-created_at", "-id")[:limit]
+    )
+    messages.reverse()
+    # Keep whole pairs, starting with a user message.
+    while messages and messages[0].role != Message.Role.USER:
+        messages.pop(0)
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+# -- advancing ---------------------------------------------------------------------
+
+
+def task_advance(*, task_id: Any) -> str:
+    """Claim the task and drive it until it finishes, parks or loses its lease."""
+    from infra.logging import current_task_id
+
+    owner = f"{WORKER_ID}:{uuid.uuid4().hex[:8]}"
+    epoch = task_claim(task_id=task_id, owner=owner)
+    if epoch is None:
+        return "not-claimed"
+    token = current_task_id.set(str(task_id))
+    task = Task.objects.select_related("agent").get(pk=task_id)
+    journal = DjangoJournal(task, owner=owner, epoch=epoch)
+    _heartbeat.add(str(task.pk), owner, epoch)
+    try:
+        engine = build_engine(task)
+        outcome = engine.advance(journal)
+        return outcome.value
+    except LeaseLost:
+        log.info("lease of task %s was taken over; stopping", task_id)
+        return "lease-lost"
+    except Exception as exc:  # noqa: BLE001 - record, never leave it running
+        log.exception("task %s failed with an internal error", task_id)
+        with contextlib.suppress(LeaseLost):
+            journal.finish(
+                StopReason.INTERNAL_ERROR,
+                answer=None,
+                message=f"Internal error: {exc.__class__.__name__}: {exc}"[:1000],
+            )
+        return "internal-error"
+    finally:
+        _heartbeat.remove(str(task.pk))
+        current_task_id.reset(token)
+
+
+def build_engine(task: Task) -> Engine:
+    from infra import runtime
+    from registry.services import toolbox_for_snapshot
+
+    snapshot = task.agent_snapshot or {}
+    limits_data = snapshot.get("limits")
+    from engine.spec import Limits
+
+    limits = Limits(**limits_data) if limits_data else task.agent.limits()
+    return Engine(
+        model_client=runtime.model_client(),
+        toolbox=toolbox_for_snapshot(snapshot),
+        executor=runtime.executor(),
+        limits=limits,
+        redactor=runtime.redactor(),
+        model_pool=runtime.model_pool(),
+    )
+
+
+# -- reaping -----------------------------------------------------------------------
+
+
+def tasks_reap() -> list[str]:
+    """Re-queue runs whose lease expired and queued runs whose enqueue was lost."""
+    now = timezone.now()
+    grace = now - timedelta(seconds=settings.REACH_QUEUED_GRACE_S)
+    waiting = Step.objects.filter(
+        task=OuterRef("pk"), status=StepStatus.WAITING_APPROVAL
+    )
+    stale = (
+        Task.objects.filter(origin__isnull=True)
+        .filter(
+            Q(status=TaskStatus.RUNNING, lease_expires_at__lt=now)
+            | Q(status=TaskStatus.QUEUED, updated_at__lt=grace)
+            | (
+                Q(status=TaskStatus.WAITING_APPROVAL, updated_at__lt=grace)
+                & ~Exists(waiting)
+            )
+        )
+        .values_list("pk", flat=True)[:500]
+    )
+    ids = [str(pk) for pk in stale]
+    from runs.tasks import advance
+
+    for task_id in ids:
+        try:
+            advance.apply_async((task_id,))
+        except Exception:  # noqa: BLE001
+            log.warning("re-queue of %s failed", task_id)
+    if ids:
+        Task.objects.filter(pk__in=ids, status=TaskStatus.QUEUED).update(updated_at=now)
+    return ids
+
+
+def outcome_is_final(task: Task) -> bool:
+    return task.status in FINAL_TASK_STATUSES
+
+
+__all__ = [
+    "ConversationBusy",
+    "DjangoJournal",
+    "Outcome",
+    "TaskFinal",
+    "conversation_create",
+    "enqueue_advance",
+    "task_advance",
+    "task_cancel",
+    "task_claim",
+    "task_start",
+    "tasks_reap",
+]

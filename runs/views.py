@@ -1,0 +1,101 @@
+"""The chat pages: conversation list, the open conversation, a message box."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Prefetch
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from registry.models import Agent
+from runs import services as runs
+from runs.models import Conversation, Message, Step, Task
+
+
+@dataclass
+class Turn:
+    """One user message, the run it started and the reply (what the chat shows)."""
+
+    message: Message
+    task: Task | None = None
+    steps: list[Step] = field(default_factory=list)
+    reply: Message | None = None
+
+    @property
+    def max_rev(self) -> int:
+        return max((s.rev for s in self.steps), default=0)
+
+
+def conversation_turns(conversation: Conversation) -> list[Turn]:
+    tasks = {
+        t.pk: t
+        for t in conversation.tasks.select_related("agent", "owner").prefetch_related(
+            Prefetch("steps", queryset=Step.objects.order_by("seq"))
+        )
+    }
+    turns: list[Turn] = []
+    by_task: dict[Any, Turn] = {}
+    for message in conversation.messages.all():
+        if message.role == Message.Role.USER:
+            task = tasks.get(message.task_id)
+            turn = Turn(message, task, list(task.steps.all()) if task else [])
+            turns.append(turn)
+            if task is not None:
+                by_task[task.pk] = turn
+        elif message.task_id in by_task:
+            by_task[message.task_id].reply = message
+    return turns
+
+
+@login_required
+def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
+    conversations = list(
+        Conversation.objects.filter(owner=request.user)
+        .select_related("agent")
+        .order_by("-updated_at")[:100]
+    )
+    conversation = None
+    if conversation_id is not None:
+        conversation = (
+            Conversation.objects.select_related("agent")
+            .filter(pk=conversation_id, owner=request.user)
+            .first()
+        )
+        if conversation is None:
+            raise Http404("No such conversation.")
+    agent = conversation.agent if conversation else _default_agent()
+    turns = conversation_turns(conversation) if conversation else []
+    active = next(
+        (t.task for t in reversed(turns) if t.task and not t.task.is_final), None
+    )
+    return render(
+        request,
+        "runs/chat.html",
+        {
+            "conversations": conversations,
+            "conversation": conversation,
+            "turns": turns,
+            "agent": agent,
+            "agents": Agent.objects.order_by("name"),
+            "active_task": active,
+        },
+    )
+
+
+def _default_agent() -> Agent | None:
+    return Agent.objects.filter(is_default=True).first() or Agent.objects.first()
+
+
+@login_required
+@require_POST
+def conversation_new(request: HttpRequest) -> HttpResponse:
+    name = request.POST.get("agent", "")
+    agent = Agent.objects.filter(name=name).first() if name else _default_agent()
+    if agent is None:
+        raise Http404("No agent is configured.")
+    conversation = runs.conversation_create(owner=request.user, agent=agent)
+    return redirect("conversation", conversation_id=conversation.pk)

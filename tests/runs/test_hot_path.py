@@ -1,0 +1,139 @@
+"""The per-step hot path: few queries, and pushes that carry ids only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from engine.loop import LeaseLost
+from engine.spec import StepKind, StepRecord, StepStatus, utcnow
+from runs import events as notify
+from runs import services as runs
+from runs.models import Task
+from runs.payloads import task_payload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def claimed(alice: Any, demo: Any) -> runs.DjangoJournal:
+    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+    task = runs.task_start(conversation=conversation, content="hi")
+    epoch = runs.task_claim(task_id=task.pk, owner="w1")
+    assert epoch is not None
+    return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner="w1", epoch=epoch)
+
+
+def tool_step(seq: int, status: StepStatus) -> StepRecord:
+    return StepRecord(
+        seq=seq,
+        kind=StepKind.TOOL_CALL,
+        status=status,
+        tool="calculate",
+        call_index=0,
+        parent_seq=1,
+        arguments={"expression": "1+1"},
+        started_at=utcnow(),
+    )
+
+
+def test_a_step_update_is_a_fenced_bump_a_read_of_the_rev_and_one_write(alice, demo):
+    journal = claimed(alice, demo)
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+
+    with CaptureQueriesContext(connection) as queries:
+        updated = journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+
+    sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
+    assert sql == ["BEGIN", "UPDATE", "SELECT", "UPDATE", "COMMIT"]
+    assert updated.status is StepStatus.SUCCEEDED and updated.rev > step.rev
+    stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
+    assert (stored.status, stored.result, stored.rev) == ("succeeded", 2, updated.rev)
+
+
+def test_appending_steps_neither_counts_nor_reads_them_back(alice, demo):
+    journal = claimed(alice, demo)
+    with CaptureQueriesContext(connection) as queries:
+        journal.append(
+            [tool_step(2, StepStatus.RUNNING), tool_step(3, StepStatus.RUNNING)]
+        )
+
+    sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
+    # The fenced bump of the task's counters, the rev read back, one insert.
+    assert sql == ["BEGIN", "UPDATE", "SELECT", "INSERT", "COMMIT"]
+    task = Task.objects.get(pk=journal.task_id)
+    assert task.step_count == 2
+    assert [s.rev for s in task.steps.order_by("seq")] == [task.rev - 1, task.rev]
+
+
+def test_the_task_event_reads_only_its_columns_and_matches_the_full_payload(
+    alice, demo
+):
+    journal = claimed(alice, demo)
+    full = task_payload(
+        Task.objects.select_related("agent", "owner").get(pk=journal.task_id)
+    )
+    from infra.runtime import redactor
+
+    redactor().text("x")  # let its periodic secret refresh happen outside
+    with CaptureQueriesContext(connection) as queries:
+        event = notify.load_task_event(journal.task_id)
+    assert len(queries.captured_queries) == 1
+    assert event is not None and event["task"] == full
+
+
+def test_a_run_pushes_one_empty_poke_per_write_after_commit(alice, demo, monkeypatch):
+    journal = claimed(alice, demo)
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        notify, "push", lambda group, message: sent.append((group, message))
+    )
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+    # No payload or rendering on the run's side: the consumers read what changed.
+    assert sent == [(f"task_{journal.task_id}", {"type": "reach.changed"})] * 2
+
+
+def test_nothing_is_pushed_for_a_write_that_rolls_back(alice, demo, monkeypatch):
+    from django.db import transaction
+
+    journal = claimed(alice, demo)
+    sent: list[Any] = []
+    monkeypatch.setattr(notify, "push", lambda group, message: sent.append(message))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        journal.append([tool_step(2, StepStatus.RUNNING)])
+        raise RuntimeError("roll back")
+    assert sent == []
+
+
+def test_a_step_update_by_a_worker_that_lost_its_lease_writes_nothing(alice, demo):
+    journal = claimed(alice, demo)
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    Task.objects.filter(pk=journal.task_id).update(lease_epoch=journal.epoch + 1)
+
+    with pytest.raises(LeaseLost):
+        journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+
+    stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
+    assert (stored.status, stored.result, stored.rev) == ("running", None, step.rev)
+
+
+def test_control_reports_a_cancel_and_fences_out_a_stale_worker(alice, demo):
+    journal = claimed(alice, demo)
+    assert journal.control().cancelled is False
+    Task.objects.filter(pk=journal.task_id).update(cancel_requested=True)
+    assert journal.control().cancelled is True
+    Task.objects.filter(pk=journal.task_id).update(lease_owner="w2")
+    with pytest.raises(LeaseLost):
+        journal.control()
+
+
+def test_an_untrusted_result_taints_the_task_through_the_fast_update(alice, demo):
+    journal = claimed(alice, demo)
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    journal.update(
+        step.copy(status=StepStatus.SUCCEEDED, result=[], detail={"untrusted": True})
+    )
+    assert Task.objects.get(pk=journal.task_id).tainted_by == ["calculate#2"]

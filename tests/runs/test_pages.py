@@ -1,0 +1,112 @@
+"""Pages render for the right people, server-side, with the shared step partial."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from runs import services as runs
+from tests.support.scripted_model import RedisScript, ScriptedModel
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_pages_need_login():
+    client = Client()
+    for path in ["/", "/approvals/", "/traces/"]:
+        response = client.get(path)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/")
+
+
+def test_login_lands_on_the_chat(demo):
+    client = Client()
+    response = client.post(
+        "/accounts/login/", {"username": "alice", "password": demo.password}
+    )
+    assert response.status_code == 302 and response["Location"] == "/"
+    page = client.get("/")
+    assert page.status_code == 200
+    assert b"Ask the assistant agent" in page.content
+
+
+def test_a_reloaded_conversation_shows_every_step_and_the_answer(
+    alice, demo, use_model
+):
+    with ScriptedModel(RedisScript()) as server:
+        use_model(server)
+        conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+        task = runs.task_start(
+            conversation=conversation,
+            content="项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。",
+        )
+        runs.task_advance(task_id=task.pk)
+    html = logged_in(alice).get(f"/c/{conversation.pk}/").content.decode()
+    for seq in range(1, 6):
+        assert f'id="step-{task.pk}-{seq}"' in html
+    assert "search_notes" in html and "calculate" in html
+    assert "128 * 6 + 320" in html and "1088" in html
+    assert "缓存改造" in html
+    assert "scripted-model" in html
+
+
+def test_bob_gets_404_for_alices_conversation_page(alice, bob, demo):
+    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+    assert logged_in(bob).get(f"/c/{conversation.pk}/").status_code == 404
+
+
+def test_the_approval_queue_is_for_approvers(alice, operator):
+    assert logged_in(alice).get("/approvals/").status_code == 403
+    assert logged_in(operator).get("/approvals/").status_code == 200
+    assert logged_in(operator).get("/approvals/history/").status_code == 200
+
+
+def test_traces_list_shows_own_runs_and_auditors_see_all(alice, bob, operator, demo):
+    runs.task_start(
+        conversation=runs.conversation_create(owner=alice, agent=demo.agent),
+        content="alice asks",
+    )
+    runs.task_start(
+        conversation=runs.conversation_create(owner=bob, agent=demo.agent),
+        content="bob asks",
+    )
+    alice_page = logged_in(alice).get("/traces/").content.decode()
+    assert "alice asks" in alice_page and "bob asks" not in alice_page
+    operator_page = logged_in(operator).get("/traces/").content.decode()
+    assert "alice asks" in operator_page and "bob asks" in operator_page
+
+
+def test_trace_detail_is_404_for_other_users(alice, bob, demo):
+    task = runs.task_start(
+        conversation=runs.conversation_create(owner=alice, agent=demo.agent),
+        content="alice asks",
+    )
+    assert logged_in(alice).get(f"/traces/{task.pk}/").status_code == 200
+    assert logged_in(bob).get(f"/traces/{task.pk}/").status_code == 404
+
+
+def test_pages_send_a_strict_content_security_policy(alice):
+    response = logged_in(alice).get("/")
+    policy = response["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+
+
+def test_model_output_is_escaped_in_the_page(alice, demo, use_model):
+    from tests.support.scripted_model import Script, text
+
+    with ScriptedModel(
+        Script([text("<script>alert(1)</script><img src=x onerror=1>")])
+    ) as s:
+        use_model(s)
+        conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+        task = runs.task_start(conversation=conversation, content="<b>hi</b>")
+        runs.task_advance(task_id=task.pk)
+    html = logged_in(alice).get(f"/c/{conversation.pk}/").content.decode()
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
+    assert "<b>hi</b>" not in html
