@@ -55,10 +55,12 @@ test-postgres: install
 bench: install
 	$(PY) -m bench.run
 
+# ruff (lint and format), mypy --strict on the engine, and the layer contracts.
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy engine
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) var/test_* .pytest_cache
