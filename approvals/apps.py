@@ -9,6 +9,7 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         # Runs park calls and withdraw requests through this port (runs/ports.py).
+        # Both modules use the models: they can only be imported once apps are ready.
         from approvals.services import approval_create, approvals_cancel_for_task
         from runs.ports import ApprovalPort, plug_approvals
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 
+from approvals.events import load_approval_event
 from infra.push import APPROVALS_GROUP
 from runs.consumers import ReachConsumer
 
@@ -21,8 +22,6 @@ class ApprovalsConsumer(ReachConsumer):
 
     async def reach_approval(self, message: dict[str, Any]) -> None:
         """A request changed: send its committed state and card, rendered here."""
-        from approvals.events import load_approval_event
-
         event = await database_sync_to_async(load_approval_event)(message["id"])
         if event is not None:
             await self.send_json(event)

@@ -7,6 +7,8 @@ from typing import Any
 from django.db import transaction
 from django.template.loader import render_to_string
 
+from approvals.models import ApprovalRequest
+from approvals.payloads import approval_payload
 from infra.push import APPROVALS_GROUP, push
 from infra.runtime import redactor
 
@@ -19,9 +21,6 @@ def approval_changed_on_commit(approval_id: Any) -> None:
 
 def load_approval_event(approval_id: Any) -> dict[str, Any] | None:
     """The approval event, with its rendered card (the consumer's side)."""
-    from approvals.models import ApprovalRequest
-    from approvals.payloads import approval_payload
-
     approval = (
         ApprovalRequest.objects.select_related(
             "task__agent", "requested_by", "decided_by", "step"

@@ -23,7 +23,10 @@ from engine.canonical import canonical_hash
 from engine.policy import decide, render_preview
 from engine.spec import Decision, StepStatus
 from engine.validation import InvalidArguments, validate_arguments
+from infra.runtime import redactor
+from registry.services import spec_from_definition
 from runs import events as notify
+from runs import services as runs
 from runs.models import Step, Task
 
 log = logging.getLogger(__name__)
@@ -101,8 +104,6 @@ def _tool_definition(task: Task, name: str) -> dict[str, Any]:
 
 
 def _preview(definition: dict[str, Any], arguments: dict[str, Any]) -> str:
-    from registry.services import spec_from_definition
-
     if not definition:
         return ""
     return render_preview(spec_from_definition(definition), arguments)
@@ -151,8 +152,6 @@ def approval_decide(
         raise DecisionError("You do not have permission to decide approvals.", 403)
     if decision not in ("approve", "reject", "mark_done"):
         raise DecisionError("decision must be 'approve' or 'reject'.", 400)
-    from infra.runtime import redactor
-
     # The reason goes back to the model and into the trace: never a secret.
     reason = redactor().text((reason or "").strip())
     if decision == "reject" and not reason:
@@ -256,9 +255,7 @@ def approval_decide(
             data={"decision": decision, "edited": edited and decision == "approve"},
         )
         approval_events.approval_changed_on_commit(current.pk)
-        from runs.services import enqueue_advance
-
-        enqueue_advance(task.pk)
+        runs.enqueue_advance(task.pk)
     return ApprovalRequest.objects.get(pk=approval.pk)
 
 
@@ -276,9 +273,6 @@ def _swap(current: ApprovalRequest, now: Any, **changes: Any) -> bool:
 def _validated_edit(
     task: Task, approval: ApprovalRequest, arguments: Any
 ) -> dict[str, Any]:
-    from infra.runtime import redactor
-    from registry.services import spec_from_definition
-
     if not isinstance(arguments, dict):
         raise DecisionError("arguments must be a JSON object.", 400)
     definition = _tool_definition(task, approval.tool)
@@ -401,9 +395,7 @@ def approvals_expire() -> int:
             )
             notify.task_changed_on_commit(task.pk)
             approval_events.approval_changed_on_commit(approval.pk)
-            from runs.services import enqueue_advance
-
-            enqueue_advance(task.pk)
+            runs.enqueue_advance(task.pk)
             count += 1
     return count
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent, AuditHead
 from engine.canonical import canonical_json
+from infra.runtime import redactor
 
 GENESIS = "0" * 64
 
@@ -50,8 +51,6 @@ def event_hash(event: AuditEvent) -> str:
 
 
 def _redact(value: Any) -> Any:
-    from infra.runtime import redactor
-
     return redactor().data(value)
 
 
@@ -91,6 +90,16 @@ def audit_append(
         head.hash = event.hash
         head.save(update_fields=["position", "hash"])
     return event
+
+
+def audit_failed_login(sender: object, credentials: dict[str, Any], **_: Any) -> None:
+    """Receiver of ``user_login_failed`` (connected in ``AuditConfig.ready``)."""
+    audit_append(
+        kind="auth.login_failed",
+        actor="anonymous",
+        object_type="user",
+        object_id=str(credentials.get("username", ""))[:150],
+    )
 
 
 def audit_verify() -> tuple[int, list[str]]:

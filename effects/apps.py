@@ -8,5 +8,6 @@ class EffectsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The built-in handlers register themselves with the registry on import.
+        # The built-in handlers register themselves with the registry on import;
+        # they use the models, so this waits for ready().
         from effects import builtins  # noqa: F401

@@ -7,6 +7,8 @@ from typing import Any
 
 from django.db.models import Q
 
+from effects.models import Note, Ticket
+from effects.services import effect_once, outbox_dispatch, queue_email
 from engine.execution import ToolError
 from engine.safe_eval import EvaluationError, evaluate_arithmetic
 from engine.spec import CallContext
@@ -38,8 +40,6 @@ def keyword_words(keyword: str) -> list[str]:
 def search_notes(
     arguments: dict[str, Any], context: CallContext
 ) -> list[dict[str, str]]:
-    from effects.models import Note
-
     words = keyword_words(str(arguments["keyword"]))
     if not words:
         raise ToolError("The keyword is empty. Pass one or more words to look for.")
@@ -52,9 +52,6 @@ def search_notes(
 
 @register("create_ticket")
 def create_ticket(arguments: dict[str, Any], context: CallContext) -> dict[str, Any]:
-    from effects.models import Ticket
-    from effects.services import effect_once
-
     def effect() -> dict[str, Any]:
         ticket = Ticket.objects.create(
             title=str(arguments["title"])[:200],
@@ -69,8 +66,6 @@ def create_ticket(arguments: dict[str, Any], context: CallContext) -> dict[str, 
 
 @register("send_email")
 def send_email(arguments: dict[str, Any], context: CallContext) -> dict[str, Any]:
-    from effects.services import effect_once, outbox_dispatch, queue_email
-
     result = effect_once(
         context=context,
         arguments=arguments,

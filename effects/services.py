@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -127,8 +128,6 @@ def outbox_reset_stuck(older_than_s: int = 600) -> int:
     Its Message-ID is derived from the idempotency key, so a receiver that got
     the first copy recognises the second.
     """
-    from datetime import timedelta
-
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     return Outbox.objects.filter(status="sending", created_at__lt=cutoff).update(
         status=Outbox.Status.PENDING

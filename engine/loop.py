@@ -10,6 +10,7 @@ where the last committed step left it.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -783,8 +784,6 @@ def _replace(steps: list[StepRecord], updated: StepRecord) -> None:
 
 
 def _ago(now: Any, latency_ms: float) -> Any:
-    import datetime as dt
-
     return now - dt.timedelta(milliseconds=latency_ms)
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx2
+
 from .spec import Attempt, ToolCall, Usage, utcnow
 
 
@@ -114,7 +116,8 @@ class OpenAIModelClient:
         backoff_cap_s: float = 8.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        import httpx2
+        # openai takes ~1.4 s to import; only a process that builds a client pays
+        # for it (every Django process imports this module).
         import openai
 
         self._openai = openai

@@ -88,7 +88,9 @@ def relabel_content_types(*, old: str, new: str, models: list[str]) -> Operation
 
 #: Where each model of the ``agents`` app went.
 AGENTS_MODELS = {
-    **dict.fromkeys(["agent", "tool", "toolversion", "mcpserver", "secret"], "registry"),
+    **dict.fromkeys(
+        ["agent", "tool", "toolversion", "mcpserver", "secret"], "registry"
+    ),
     **dict.fromkeys(["conversation", "message", "task", "step", "apitoken"], "runs"),
     **dict.fromkeys(["note", "ticket", "toolexecution", "outbox"], "effects"),
 }

@@ -8,6 +8,9 @@ import json
 import logging
 from typing import Any
 
+from engine.redaction import Redactor
+from infra.runtime import redactor
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 #: The task a log line concerns (set by the runner around a run).
@@ -24,12 +27,8 @@ class RedactingFilter(logging.Filter):
         if task_id and not hasattr(record, "task_id"):
             record.task_id = task_id
         try:
-            from infra.runtime import redactor
-
             r = redactor()
         except Exception:  # noqa: BLE001 - before Django is ready
-            from engine.redaction import Redactor
-
             r = Redactor()
         try:
             message = record.getMessage()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -13,9 +15,10 @@ from typing import Any
 
 import redis
 from django.conf import settings
+from django.db import connection
 
 from engine.execution import Executor
-from engine.model_client import OpenAIModelClient
+from engine.model_client import ModelError, OpenAIModelClient
 from engine.redaction import Redactor
 
 log = logging.getLogger(__name__)
@@ -87,8 +90,6 @@ def model_client() -> OpenAIModelClient:
     with _lock:
         if _model_client is None or _model_key != key:
             if not settings.OPENAI_BASE_URL:
-                from engine.model_client import ModelError
-
                 raise ModelError(
                     "No model endpoint is configured: set OPENAI_BASE_URL, or start "
                     "the local model with `make up`.",
@@ -127,8 +128,6 @@ def model_pool() -> ThreadPoolExecutor:
 
 def configured_secrets() -> dict[str, str]:
     """Secret values the redactor must know: settings, environment, the store."""
-    import os
-
     values: dict[str, str] = {}
     key = settings.OPENAI_API_KEY
     if key and key != "local-model-no-key":
@@ -153,8 +152,6 @@ def plug_secret_store(source: Callable[[], Mapping[str, str]]) -> None:
 
 
 def _stored_secrets() -> Mapping[str, str]:
-    from django.db import connection
-
     # Redaction runs on many threads (logging, pushes); one that had no database
     # connection before the refresh must not be left holding one.
     had_connection = connection.connection is not None
@@ -198,10 +195,6 @@ class _RefreshingRedactor(Redactor):
 
 def _may_query() -> bool:
     """Refresh only outside transactions and event loops (never break either)."""
-    import asyncio
-
-    from django.db import connection
-
     try:
         asyncio.get_running_loop()
         return False

@@ -139,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     try:
+        # llama-cpp-python[server] is optional (installed by localmodel.install):
+        # without it the server refuses to start with a hint, instead of crashing.
         import uvicorn
         from llama_cpp.server.app import create_app
         from llama_cpp.server.settings import ModelSettings, ServerSettings

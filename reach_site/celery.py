@@ -11,6 +11,9 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
+from django.conf import settings
+
+from infra.runtime import redis_client
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_site.settings")
 
@@ -21,8 +24,6 @@ app.autodiscover_tasks(["runs", "effects", "approvals", "traces"])
 
 @app.on_after_finalize.connect
 def _schedule(sender: Celery, **_: object) -> None:
-    from django.conf import settings
-
     every = settings.REACH_REAPER_INTERVAL_S
     sender.add_periodic_task(every, sender.signature("agents.reap"), name="reap leases")
     sender.add_periodic_task(
@@ -60,8 +61,6 @@ def worker_heartbeat_start(
     key = WORKER_KEY_PREFIX + hostname
 
     def beat() -> None:
-        from infra.runtime import redis_client
-
         while True:
             try:
                 redis_client().set(key, str(int(time.time())), ex=ttl_s)

@@ -6,6 +6,8 @@ from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
+from infra.runtime import redis_client
+
 
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -19,8 +21,6 @@ def healthz(request: HttpRequest) -> JsonResponse:
         failing.append("database")
     workers = 0
     try:
-        from infra.runtime import redis_client
-
         client = redis_client()
         client.ping()
         workers = _count_workers(client)

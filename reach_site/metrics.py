@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from infra.runtime import redis_client
 from runs.models import Step, Task
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
     queued = Task.objects.filter(status=Task.Status.QUEUED).count()
     lines.append(_line("reach_queue_depth", queued))
     try:
-        from infra.runtime import redis_client
-
         broker = redis_client().llen("reach")
     except Exception:  # noqa: BLE001 - a scrape never fails on Redis
         log.warning("metrics: Redis unavailable", exc_info=True)

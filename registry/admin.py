@@ -2,20 +2,36 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
 
+from audit.services import audit_append
+from engine.validation import InvalidArguments, parse_arguments, validate_arguments
+from registry.adapters.http import http_tool_try, sample_arguments
+from registry.adapters.mcp import MCPUnavailable, mcp_import_tools
+from registry.lint import lint_registry, lint_tool_in_registry
 from registry.models import Agent, MCPServer, Secret, Tool, ToolVersion
-from registry.services import tool_clean, tool_save
+from registry.permissions import can_register_tools
+from registry.secrets import secret_set
+from registry.services import tool_clean, tool_confirm, tool_save
 
 
 class PrettyJSONField(forms.JSONField):
@@ -51,9 +67,9 @@ class ToolForm(forms.ModelForm):
         candidate = self.instance
         for name, value in cleaned.items():
             setattr(candidate, name, value)
-        for field, messages in tool_clean(candidate).items():
+        for field, problems in tool_clean(candidate).items():
             target = field if field in self.fields else None
-            for message in messages:
+            for message in problems:
                 self.add_error(target, message)
         return cleaned
 
@@ -61,8 +77,6 @@ class ToolForm(forms.ModelForm):
 def _diff_text(value: Any) -> str:
     if isinstance(value, str):
         return value
-    import json
-
     return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
 
 
@@ -74,8 +88,6 @@ def version_changes(
     Short text fields get a word diff (``segments``), JSON and multi-line values a
     line diff (``lines``); ``before`` None means everything was added.
     """
-    import difflib
-
     before = before or {}
     changes: list[dict[str, Any]] = []
     keys = [*after, *(k for k in before if k not in after)]
@@ -121,8 +133,6 @@ def version_changes(
 
 def render_version_diff(version: ToolVersion) -> str:
     """HTML (escaped, from a template) of what ``version`` changed."""
-    from django.template.loader import render_to_string
-
     previous = (
         ToolVersion.objects.filter(tool_id=version.tool_id, version__lt=version.version)
         .order_by("-version")
@@ -155,9 +165,6 @@ class ToolVersionInline(admin.TabularInline):
 
     @admin.display(description="changes")
     def changed_fields(self, obj: ToolVersion) -> str:
-        from django.urls import reverse
-        from django.utils.html import format_html
-
         previous = (
             ToolVersion.objects.filter(tool_id=obj.tool_id, version__lt=obj.version)
             .order_by("-version")
@@ -195,8 +202,6 @@ class HasLintWarningsFilter(admin.SimpleListFilter):
 
 def _lint_for(request: HttpRequest) -> dict[str, list[Any]]:
     """Lint of the whole registry, computed once per request."""
-    from registry.lint import lint_registry
-
     cached = getattr(request, "_reach_lint", None)
     if cached is None:
         cached = lint_registry()
@@ -237,10 +242,6 @@ class ToolQualityMixin:
 
     @admin.display(description="warnings")
     def lint_warnings(self, obj: Tool) -> str:
-        from django.utils.html import format_html, format_html_join
-
-        from registry.lint import lint_tool_in_registry
-
         if obj is None or not obj.pk:
             return "Shown after the tool is saved."
         found = lint_tool_in_registry(obj)
@@ -264,11 +265,6 @@ class ToolQualityMixin:
 
     @admin.action(description="Confirm policy and enable")
     def confirm_and_enable(self, request: HttpRequest, queryset: Any) -> None:
-        from django.contrib import messages
-        from django.core.exceptions import ValidationError
-
-        from registry.services import tool_confirm
-
         model_admin: Any = self
         done = []
         for tool in queryset:
@@ -305,12 +301,6 @@ class TryItForm(forms.Form):
         self.tool = tool
 
     def clean_arguments(self) -> dict[str, Any]:
-        from engine.validation import (
-            InvalidArguments,
-            parse_arguments,
-            validate_arguments,
-        )
-
         try:
             arguments = parse_arguments(self.cleaned_data["arguments"])
             validate_arguments(self.tool.parameters, arguments)
@@ -341,11 +331,6 @@ class HttpTryItMixin:
         ]
 
     def try_it_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        import json
-
-        from registry.adapters.http import http_tool_try, sample_arguments
-        from registry.permissions import can_register_tools
-
         model_admin: Any = self
         tool = model_admin.get_object(request, unquote(object_id))
         if tool is None or tool.kind != Tool.Kind.HTTP:
@@ -466,8 +451,6 @@ class AgentAdmin(admin.ModelAdmin):
         self, request: HttpRequest, obj: Agent, form: Any, change: bool
     ) -> None:
         super().save_model(request, obj, form, change)
-        from audit.services import audit_append
-
         audit_append(
             kind="agent.changed" if change else "agent.created",
             actor=request.user,
@@ -512,8 +495,6 @@ class SecretAdmin(admin.ModelAdmin):
     def save_model(
         self, request: HttpRequest, obj: Secret, form: Any, change: bool
     ) -> None:
-        from registry.secrets import secret_set
-
         value = form.cleaned_data.get("value")
         if value:
             saved = secret_set(name=obj.name, value=value)
@@ -542,10 +523,6 @@ class ToolVersionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="definition")
     def definition_json(self, obj: ToolVersion) -> str:
-        import json
-
-        from django.utils.html import format_html
-
         text = json.dumps(obj.definition, ensure_ascii=False, indent=2, sort_keys=True)
         return format_html("<pre>{}</pre>", text)
 
@@ -612,9 +589,6 @@ class MCPServerAdmin(admin.ModelAdmin):
 
     def import_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST: import the server's tools, then show them in the tool list."""
-        from django.http import HttpResponseNotAllowed, HttpResponseRedirect
-        from django.urls import reverse
-
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         server = self.get_object(request, unquote(object_id))
@@ -627,17 +601,11 @@ class MCPServerAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(f"{url}?mcp_server__id__exact={server.pk}")
 
     def _may_import(self, request: HttpRequest, server: MCPServer | None) -> bool:
-        from registry.permissions import can_register_tools
-
         return can_register_tools(request.user) and self.has_change_permission(
             request, server
         )
 
     def _import(self, request: HttpRequest, server: MCPServer) -> None:
-        from django.contrib import messages
-
-        from registry.adapters.mcp import MCPUnavailable, mcp_import_tools
-
         try:
             outcomes = mcp_import_tools(server=server, user=request.user)
         except MCPUnavailable as exc:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from registry.models import Tool
+
 
 class Rule(StrEnum):
     NAME = "name"
@@ -422,8 +424,6 @@ def lint_tools(tools: Sequence[Any]) -> dict[str, list[LintWarning]]:
 
 def lint_registry() -> dict[str, list[LintWarning]]:
     """Warnings for every registered tool (overlap across the whole registry)."""
-    from registry.models import Tool
-
     return lint_tools(
         list(
             Tool.objects.only(
@@ -435,8 +435,6 @@ def lint_registry() -> dict[str, list[LintWarning]]:
 
 def lint_tool_in_registry(tool: Any) -> list[LintWarning]:
     """Warnings for ``tool`` (saved or not), overlap with the other tools included."""
-    from registry.models import Tool
-
     others = list(
         Tool.objects.exclude(name=_field(tool, "name", "")).only(
             "name", "description", "parameters", "risk"

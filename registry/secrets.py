@@ -10,6 +10,7 @@ from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 from django.utils import timezone
 
+from infra.runtime import redactor
 from registry.models import Secret
 
 
@@ -24,8 +25,6 @@ def secret_set(*, name: str, value: str) -> Secret:
     secret, _ = Secret.objects.update_or_create(
         name=name, defaults={"ciphertext": token, "updated_at": timezone.now()}
     )
-    from infra.runtime import redactor
-
     redactor().refresh()
     return secret
 

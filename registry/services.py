@@ -9,13 +9,18 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.services import audit_append
 from engine import policy
 from engine.canonical import canonical_json
 from engine.safe_eval import EvaluationError, validate_rule
-from engine.spec import Handler, Toolbox, ToolSpec
+from engine.spec import ApprovalMode, Handler, Risk, Toolbox, ToolSpec
 from engine.validation import check_parameters_schema, check_tool_name
+
+# The module, not its names: registry.adapters.mcp imports this module too.
+from registry.adapters import mcp as mcp_adapter
+from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.handlers import get_handler, handler_names
-from registry.models import Agent, Tool, ToolVersion
+from registry.models import Agent, MCPServer, Tool, ToolVersion
 from registry.payloads import TOOL_FIELDS, tool_definition
 
 #: Fields whose change makes a new version: the public definition (API.md) and
@@ -68,8 +73,6 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
                 + ", ".join(handler_names()),
             )
     if tool.kind == Tool.Kind.HTTP:
-        from registry.adapters.http import http_settings_errors
-
         for message in http_settings_errors(
             tool.http,
             tool.parameters if isinstance(tool.parameters, Mapping) else {},
@@ -143,8 +146,6 @@ def tool_save(*, tool: Tool, user: Any = None) -> tuple[Tool, bool]:
         changed_by=user if getattr(user, "is_authenticated", False) else None,
         changed_at=timezone.now(),
     )
-    from audit.services import audit_append
-
     audit_append(
         kind="tool.registered" if previous is None else _change_kind(previous, tool),
         actor=user,
@@ -168,8 +169,6 @@ def tool_confirm(*, tool: Tool, user: Any = None, enable: bool = True) -> Tool:
             tool.enabled = True
         tool, _ = tool_save(tool=tool, user=user)
         if not was_confirmed:
-            from audit.services import audit_append
-
             audit_append(
                 kind="tool.confirmed",
                 actor=user,
@@ -191,21 +190,15 @@ def handler_for(tool: Tool) -> Handler | None:
     if tool.kind == Tool.Kind.PYTHON:
         return get_handler(tool.handler or tool.name)
     if tool.kind == Tool.Kind.HTTP:
-        from registry.adapters.http import http_handler
-
         return http_handler(tool)
     if tool.kind == Tool.Kind.MCP:
-        from registry.adapters.mcp import mcp_handler
-
-        return mcp_handler(tool)
+        return mcp_adapter.mcp_handler(tool)
     return None
 
 
 def spec_for(tool: Tool) -> ToolSpec:
     spec = tool.spec()
     if tool.kind == Tool.Kind.HTTP:
-        from registry.adapters.http import leaves_house
-
         spec = ToolSpec(**{**spec.__dict__, "leaves_house": leaves_house(tool)})
     elif tool.kind == Tool.Kind.MCP:
         spec = ToolSpec(**{**spec.__dict__, "leaves_house": True})
@@ -228,8 +221,6 @@ def agent_snapshot(agent: Agent) -> dict[str, Any]:
 
 
 def spec_from_definition(definition: Mapping[str, Any]) -> ToolSpec:
-    from engine.spec import ApprovalMode, Risk
-
     return ToolSpec(
         name=definition["name"],
         description=definition.get("description", ""),
@@ -341,8 +332,6 @@ def tool_from_definition(data: Mapping[str, Any]) -> Tool:
     if tool.approval_rule == "":
         tool.approval_rule = None
     if tool.kind == Tool.Kind.MCP and isinstance(data.get("mcp"), dict):
-        from registry.models import MCPServer
-
         server = MCPServer.objects.filter(name=data["mcp"].get("server")).first()
         if server is None:
             raise ValidationError({"mcp": ["Unknown MCP server."]})

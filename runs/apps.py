@@ -5,6 +5,8 @@ from typing import Any
 from django.apps import AppConfig
 from django.contrib.auth.signals import user_logged_out
 
+from infra.push import push, user_group
+
 
 class RunsConfig(AppConfig):
     name = "runs"
@@ -18,6 +20,4 @@ def _close_sockets(sender: object, request: object, user: Any, **_: Any) -> None
     """Sockets close when the session ends."""
     if user is None:
         return
-    from infra.push import push, user_group
-
     push(user_group(user.pk), {"type": "session.ended"})

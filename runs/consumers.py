@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlparse
 
@@ -10,6 +11,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from infra.push import task_group, user_group
+from runs.events import changes_since
+from runs.models import Task
 
 
 def origin_allowed(scope: dict[str, Any]) -> bool:
@@ -64,8 +67,6 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:
-        import json
-
         return json.dumps(content, ensure_ascii=False)
 
 
@@ -112,8 +113,6 @@ class TaskConsumer(ReachConsumer):
     ) -> None:
         """Every step changed after ``after`` (default: the cursor), then the task
         when it changed (or always, ``with_task``)."""
-        from runs.events import changes_since
-
         since = self.cursor if after is None else after
         events, task, cursor = await database_sync_to_async(changes_since)(
             self.task_id, since
@@ -130,8 +129,6 @@ class TaskConsumer(ReachConsumer):
 
 def _watchable_rev(user: Any, task_id: str) -> int | None:
     """The task's rev if ``user`` may watch it (its owner or an auditor)."""
-    from runs.models import Task
-
     task = Task.objects.filter(pk=task_id).only("owner_id", "rev").first()
     if task is None:
         return None

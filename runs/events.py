@@ -9,17 +9,16 @@ from django.template.loader import render_to_string
 
 from engine.redaction import Redactor
 from infra.push import push, task_group
+from infra.runtime import redactor
+from runs.models import Step, Task
+from runs.payloads import step_payload, task_payload
 
 
 def _redactor() -> Redactor:
-    from infra.runtime import redactor
-
     return redactor()
 
 
 def step_event(step: Any) -> dict[str, Any]:
-    from runs.payloads import step_payload
-
     payload = _redactor().data(step_payload(step))
     return {
         "type": "step",
@@ -34,8 +33,6 @@ def render_step_html(step: Any) -> str:
 
 
 def task_event(task: Any) -> dict[str, Any]:
-    from runs.payloads import task_payload
-
     return {"type": "task", "task": _redactor().data(task_payload(task))}
 
 
@@ -88,8 +85,6 @@ def changes_since(
     rev no higher than the task's, and later ones get higher revs, so moving the
     cursor to the task's rev never skips a change.
     """
-    from runs.models import Step
-
     task = load_task_event(task_id)
     steps = list(Step.objects.filter(task_id=task_id, rev__gt=after).order_by("rev"))
     cursor = max([after, *(s.rev for s in steps)])
@@ -100,8 +95,6 @@ def changes_since(
 
 def load_task_event(task_id: Any) -> dict[str, Any] | None:
     """The task event for ``task_id`` (the consumer's side)."""
-    from runs.models import Task
-
     task = (
         Task.objects.select_related("agent", "owner")
         .only(*TASK_EVENT_FIELDS)

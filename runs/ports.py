@@ -10,12 +10,11 @@ place ``runs`` reaches up, and it does so through these typed slots.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
-if TYPE_CHECKING:
-    from runs.models import Step, Task
+from runs.models import Step, Task
 
 
 class OpenApproval(Protocol):

@@ -27,9 +27,12 @@ from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from audit.services import audit_append
+from engine.canonical import dumps
 from engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
 from engine.spec import (
     FINAL_TASK_STATUSES,
+    Limits,
     StepKind,
     StepRecord,
     StepStatus,
@@ -38,8 +41,14 @@ from engine.spec import (
     ToolSpec,
     Usage,
 )
+from infra import runtime
+from infra.logging import current_task_id
+from registry.services import agent_snapshot, toolbox_for_snapshot
 from runs import events as notify
 from runs import ports
+
+# The module, not its names: runs.tasks imports this module too.
+from runs import tasks as celery_tasks
 from runs.models import Conversation, Message, Step, Task
 
 log = logging.getLogger(__name__)
@@ -90,11 +99,8 @@ def task_start(
     model: str | None = None,
 ) -> Task:
     """Record the user's message and a new task for it; enqueue it after commit."""
-    from infra.runtime import redactor
-    from registry.services import agent_snapshot
-
     # What the user typed is recorded and sent to the model: secrets are not.
-    content = redactor().text(content.strip())
+    content = runtime.redactor().text(content.strip())
     if not content:
         raise ValueError("The message is empty.")
     if len(content) > settings.REACH_MAX_MESSAGE_CHARS:
@@ -145,8 +151,6 @@ def task_start(
         if not conversation.title:
             updates["title"] = content[:80]
         Conversation.objects.filter(pk=conversation.pk).update(**updates)
-        from audit.services import audit_append
-
         audit_append(
             kind="task.started",
             actor=conversation.owner,
@@ -162,11 +166,10 @@ def task_start(
 
 def enqueue_advance(task_id: Any, *, countdown: float | None = None) -> None:
     """Enqueue ``advance`` once the current transaction commits."""
-    from runs.tasks import advance
 
     def send() -> None:
         try:
-            advance.apply_async((str(task_id),), countdown=countdown)
+            celery_tasks.advance.apply_async((str(task_id),), countdown=countdown)
         except Exception:  # noqa: BLE001 - the reaper re-queues it
             log.warning("enqueue of task %s failed; the reaper will retry", task_id)
 
@@ -202,8 +205,6 @@ def task_cancel(*, task: Task, user: Any) -> Task:
             ]
         task.updated_at = now
         task.save(update_fields=fields)
-        from audit.services import audit_append
-
         audit_append(
             kind="task.cancel_requested",
             actor=user,
@@ -240,8 +241,6 @@ def _finish_task(
         created_at=now,
     )
     Conversation.objects.filter(pk=task.conversation_id).update(updated_at=now)
-    from audit.services import audit_append
-
     audit_append(
         kind="task.finished",
         actor="system",
@@ -706,9 +705,7 @@ def _step_update_sql(row: Step) -> tuple[str, list[Any]]:
 
 
 def _redact_text(text: str | None) -> str | None:
-    from infra.runtime import redactor
-
-    return redactor().text(text) if text else text
+    return runtime.redactor().text(text) if text else text
 
 
 def _stored(record: StepRecord) -> StepRecord:
@@ -718,9 +715,7 @@ def _stored(record: StepRecord) -> StepRecord:
     (validation messages quoting arguments, attempt errors, model errors that
     echo a key) on the one path every step takes to the database.
     """
-    from infra.runtime import redactor
-
-    r = redactor()
+    r = runtime.redactor()
     redacted = record.copy(
         arguments=r.data(record.arguments),
         raw_arguments=_redact_text(record.raw_arguments),
@@ -736,8 +731,6 @@ def _stored(record: StepRecord) -> StepRecord:
 
 def _clip(record: StepRecord) -> StepRecord:
     """Bound what is stored of a result (the model already saw a shaped one)."""
-    from engine.canonical import dumps
-
     limit = settings.REACH_MAX_STORED_RESULT_CHARS
     if record.result is not None:
         text = dumps(record.result)
@@ -785,8 +778,6 @@ def _history(task: Task, limit: int = 20) -> list[dict[str, str]]:
 
 def task_advance(*, task_id: Any) -> str:
     """Claim the task and drive it until it finishes, parks or loses its lease."""
-    from infra.logging import current_task_id
-
     owner = f"{WORKER_ID}:{uuid.uuid4().hex[:8]}"
     epoch = task_claim(task_id=task_id, owner=owner)
     if epoch is None:
@@ -817,13 +808,8 @@ def task_advance(*, task_id: Any) -> str:
 
 
 def build_engine(task: Task) -> Engine:
-    from infra import runtime
-    from registry.services import toolbox_for_snapshot
-
     snapshot = task.agent_snapshot or {}
     limits_data = snapshot.get("limits")
-    from engine.spec import Limits
-
     limits = Limits(**limits_data) if limits_data else task.agent.limits()
     return Engine(
         model_client=runtime.model_client(),
@@ -858,11 +844,9 @@ def tasks_reap() -> list[str]:
         .values_list("pk", flat=True)[:500]
     )
     ids = [str(pk) for pk in stale]
-    from runs.tasks import advance
-
     for task_id in ids:
         try:
-            advance.apply_async((task_id,))
+            celery_tasks.advance.apply_async((task_id,))
         except Exception:  # noqa: BLE001
             log.warning("re-queue of %s failed", task_id)
     if ids:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from celery import shared_task
 
+# The module, not its names: runs.services imports this module too.
+from runs import services
+
 
 @shared_task(name="agents.advance", acks_late=True, reject_on_worker_lost=True)
 def advance(task_id: str) -> str:
-    from runs.services import task_advance
-
-    return task_advance(task_id=task_id)
+    return services.task_advance(task_id=task_id)
 
 
 @shared_task(name="agents.reap")
 def reap() -> int:
-    from runs.services import tasks_reap
-
-    return len(tasks_reap())
+    return len(services.tasks_reap())

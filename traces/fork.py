@@ -15,12 +15,17 @@ from typing import Any
 
 from django.db import transaction
 
+from approvals.services import approval_create
+from audit.services import audit_append
 from engine.loop import Engine
 from engine.model_client import ModelReply
 from engine.spec import FINAL_STEP_STATUSES, StepKind, StepRecord, StepStatus, ToolCall
+from infra.runtime import executor, redactor
+from registry.services import toolbox_for_snapshot
 from runs import events as notify
 from runs import services as runs
 from runs.models import Step, Task
+from traces.replay import run_limits
 
 
 class ForkError(Exception):
@@ -99,12 +104,6 @@ def task_fork(
     imported or not finished). Edited arguments that fail the tool's schema are
     refused with 400 rather than handed to the model as a failed call.
     """
-    from approvals.services import approval_create
-    from audit.services import audit_append
-    from infra.runtime import executor, redactor
-    from registry.services import toolbox_for_snapshot
-    from traces.replay import run_limits
-
     steps, target = _check(task, from_seq, arguments, model)
     model_name = (model or "").strip() or task.model
     with transaction.atomic():

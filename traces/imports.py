@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from audit.services import audit_append
 from engine.spec import (
     FINAL_TASK_STATUSES,
     StepKind,
@@ -24,6 +25,7 @@ from engine.spec import (
     StopReason,
     TaskStatus,
 )
+from infra.runtime import redactor
 from registry.models import Agent
 from runs.models import Conversation, Message, Step, Task
 from traces.export import FORMAT
@@ -258,9 +260,6 @@ def trace_import(*, document: Any, user: Any) -> Task:
 
     Raises :class:`TraceInvalid` listing what is wrong with the document.
     """
-    from audit.services import audit_append
-    from infra.runtime import redactor
-
     errors = trace_validate(document)
     if errors:
         raise TraceInvalid(errors)

@@ -39,6 +39,11 @@ from engine.spec import (
     ToolSpec,
     Usage,
 )
+from infra import runtime
+from registry.models import Tool
+from registry.services import spec_for, spec_from_definition
+from runs.services import _history, _system_prompt
+from traces.export import inherited_taint
 
 #: Error classes the engine assigns while planning (the handler never ran).
 PLANNING_ERRORS = frozenset(
@@ -442,9 +447,6 @@ def current_specs(task: Any) -> dict[str, ToolSpec]:
     tool). An imported trace may name tools this instance never had: those
     keep the definition the trace carries.
     """
-    from registry.models import Tool
-    from registry.services import spec_for, spec_from_definition
-
     definitions = {
         d["name"]: d
         for d in (task.agent_snapshot or {}).get("tools", [])
@@ -464,9 +466,6 @@ def current_specs(task: Any) -> dict[str, ToolSpec]:
 
 def recorded_run(task: Any) -> RecordedRun:
     """Load a finished task as a :class:`RecordedRun`."""
-    from runs.services import _history, _system_prompt
-    from traces.export import inherited_taint
-
     return RecordedRun(
         task_id=str(task.pk),
         goal=task.goal,
@@ -495,13 +494,11 @@ def task_rerun(*, task: Any) -> RerunResult:
     Raises :class:`TaskNotFinal` while the task is queued, running or waiting.
     Nothing is executed and nothing is written.
     """
-    from infra.runtime import redactor
-
     if not task.is_final:
         raise TaskNotFinal(str(task.pk))
     return rerun(
         recorded_run(task),
         specs=current_specs(task),
         limits=run_limits(task),
-        redactor=redactor(),
+        redactor=runtime.redactor(),
     )

@@ -11,14 +11,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit.services import audit_append
+from runs.models import Conversation, Message, Task
 
 #: Tasks deleted per purge transaction (each batch leaves one tombstone).
 PURGE_BATCH = 500
 
 
 def _purgeable(cutoff: Any) -> Any:
-    from runs.models import Task
-
     # Local runs age from when they finished; imported ones from their import.
     return Task.objects.filter(
         Q(origin__isnull=True, finished_at__lt=cutoff)
@@ -33,8 +32,6 @@ def traces_purge(*, now: Any = None) -> int:
     whole (its rows hold no payloads) and gains one ``traces.purged`` event per
     batch naming the deleted tasks. Returns the number of tasks deleted.
     """
-    from runs.models import Conversation, Message, Task
-
     days = settings.REACH_TRACE_RETENTION_DAYS
     if days <= 0:
         return 0

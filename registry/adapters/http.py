@@ -51,18 +51,21 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import httpx
+from django.conf import settings as django_settings
+from django.db import close_old_connections, connection
 
+from audit.services import audit_append
 from engine.execution import RetryableToolError, ToolError, select_fields
 from engine.redaction import MIN_SECRET_LENGTH
 from engine.spec import CallContext, Handler, Risk
+from infra.runtime import redactor
 from registry.adapters import ssrf
-
-if TYPE_CHECKING:
-    from registry.models import Tool
+from registry.models import Tool
+from registry.secrets import secret_value
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 SETTINGS_KEYS = (
@@ -411,8 +414,6 @@ class PreparedRequest:
     body: Any = ABSENT
 
     def view(self) -> RequestView:
-        from infra.runtime import redactor
-
         body = None if self.body is ABSENT else self.body
         return RequestView(
             method=self.method,
@@ -677,8 +678,6 @@ def _decode(content: bytes, headers: httpx.Headers) -> str:
 
 
 def _excerpt(text: str, limit: int = 200) -> str:
-    from infra.runtime import redactor
-
     flat = " ".join(text[: limit * 4].split())
     flat = redactor().text(flat)
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
@@ -689,11 +688,6 @@ def _excerpt(text: str, limit: int = 200) -> str:
 
 def resolve_secret(name: str) -> str:
     """A secret's value for a header; the redactor learns it before it is used."""
-    from django.db import close_old_connections, connection
-
-    from infra.runtime import redactor
-    from registry.secrets import secret_value
-
     # Handlers run on pool threads: a fresh connection, closed afterwards.
     fresh = not connection.in_atomic_block
     if fresh:
@@ -724,18 +718,16 @@ def resolve_secret(name: str) -> str:
 
 def send_options(tool: Tool, deadline: float | None = None) -> SendOptions:
     """Limits of one call, from the tool and the settings (read per call)."""
-    from django.conf import settings
-
-    text_chars = int(getattr(settings, "REACH_HTTP_TEXT_CHARS", 2000))
+    text_chars = int(getattr(django_settings, "REACH_HTTP_TEXT_CHARS", 2000))
     if tool.max_result_chars:
         text_chars = min(text_chars, tool.max_result_chars)
-    bundle = getattr(settings, "REACH_HTTP_CA_BUNDLE", "")
+    bundle = getattr(django_settings, "REACH_HTTP_CA_BUNDLE", "")
     return SendOptions(
         timeout_s=float(tool.timeout_s),
         deadline=deadline,
-        max_redirects=int(getattr(settings, "REACH_HTTP_MAX_REDIRECTS", 5)),
+        max_redirects=int(getattr(django_settings, "REACH_HTTP_MAX_REDIRECTS", 5)),
         max_response_bytes=int(
-            getattr(settings, "REACH_HTTP_MAX_RESPONSE_BYTES", 2_000_000)
+            getattr(django_settings, "REACH_HTTP_MAX_RESPONSE_BYTES", 2_000_000)
         ),
         text_chars=text_chars,
         response_fields=HttpSettings.from_json(tool.http).response_fields,
@@ -749,9 +741,7 @@ def _ca_bundle_context(path: str) -> ssl.SSLContext:
 
 
 def internal_hosts() -> list[str]:
-    from django.conf import settings
-
-    return list(getattr(settings, "REACH_INTERNAL_HOSTS", []) or [])
+    return list(getattr(django_settings, "REACH_INTERNAL_HOSTS", []) or [])
 
 
 def http_handler(tool: Tool) -> Handler:
@@ -837,9 +827,6 @@ def http_tool_try(
     Arguments must already be valid against the tool's schema. Secrets are
     masked in the request shown, and the response is redacted.
     """
-    from audit.services import audit_append
-    from infra.runtime import redactor
-
     http = HttpSettings.from_json(tool.http)
     dry_run = tool.risk != Risk.READ_ONLY
     report = TryReport(dry_run=dry_run)

@@ -32,15 +32,24 @@ from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+import anyio
+import httpx2
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
 from engine.execution import RetryableToolError, ToolError
 from engine.spec import ApprovalMode, CallContext, Handler, Risk
 from engine.validation import check_parameters_schema, check_tool_name
 
+# The module, not its names: registry.services imports this module too.
+from registry import services as registry_services
+from registry.models import MCPServer, Tool
+
 if TYPE_CHECKING:
+    # Type-only: the SDK takes ~1.9 s to import (see _open_client).
     from mcp import Client
     from mcp_types import CallToolResult
-
-    from registry.models import MCPServer, Tool
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +92,6 @@ class ServerConfig:
 
     @classmethod
     def of(cls, server: MCPServer) -> ServerConfig:
-        from django.conf import settings
-
         return cls(
             name=server.name,
             transport=server.transport,
@@ -126,7 +133,7 @@ async def _open_client(
     config: ServerConfig, errlog: TextIO | None, connect_timeout_s: float
 ) -> AsyncIterator[Client]:
     """An initialised SDK client for ``config`` (not pooled)."""
-    import httpx2
+    # The mcp SDK takes ~1.9 s to import: only processes that talk MCP load it.
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.client.streamable_http import streamable_http_client
@@ -197,9 +204,6 @@ def _unavailable(
 
 
 def _is_connection_error(exc: BaseException) -> bool:
-    import anyio
-    import httpx2
-
     for leaf in _leaves(exc):
         if getattr(leaf, "code", None) == _CONNECTION_CLOSED:
             return True
@@ -425,8 +429,6 @@ def _remote(tool: Any) -> RemoteTool:
 
 
 async def _list_once(config: ServerConfig, timeout_s: float) -> list[RemoteTool]:
-    import anyio
-
     stderr = _StderrTail(config.name) if config.transport == "stdio" else None
     errlog = stderr.writer if stderr is not None else None
     tools: list[RemoteTool] = []
@@ -740,8 +742,6 @@ class ImportOutcome:
 
 
 def _free_name(wanted: str, server: MCPServer, remote: str, taken: set[str]) -> str:
-    from registry.models import Tool
-
     def free(name: str) -> bool:
         if name in taken:
             return False
@@ -778,11 +778,6 @@ def mcp_import_tools(
     confirmed, goes back to disabled and unconfirmed: a changed tool from outside
     the house is reviewed again before the model sees it. Raises MCPUnavailable.
     """
-    from django.core.exceptions import ValidationError
-    from django.db import transaction
-
-    from registry.models import Tool
-
     if remote_tools is None:
         remote_tools = list_server_tools(server, timeout_s=timeout_s)
     outcomes: list[ImportOutcome] = []
@@ -851,9 +846,6 @@ def _create(
     taken: set[str],
     user: Any,
 ) -> ImportOutcome:
-    from registry.models import Tool
-    from registry.services import tool_save
-
     name = _free_name(sanitise_name(remote.name), server, remote.name, taken)
     check_tool_name(name)
     tool = Tool(
@@ -869,7 +861,7 @@ def _create(
         tags=[server.name],
         **policy,
     )
-    tool, _ = tool_save(tool=tool, user=user)
+    tool, _ = registry_services.tool_save(tool=tool, user=user)
     detail = "disabled until an operator confirms its policy"
     if name != sanitise_name(remote.name):
         detail = f"renamed to avoid a name clash; {detail}"
@@ -884,8 +876,6 @@ def _update(
     policy: dict[str, Any],
     user: Any,
 ) -> ImportOutcome:
-    from registry.services import tool_save
-
     changed = tool.description != description or tool.parameters != parameters
     stricter = _RISK_RANK[Risk(policy["risk"])] > _RISK_RANK[Risk(tool.risk)]
     tool.description = description
@@ -897,7 +887,7 @@ def _update(
     if review:
         tool.confirmed = False
         tool.enabled = False
-    tool, made = tool_save(tool=tool, user=user)
+    tool, made = registry_services.tool_save(tool=tool, user=user)
     if not made:
         return ImportOutcome(remote.name, tool.name, "unchanged", "", tool.version)
     detail = "definition changed on the server"

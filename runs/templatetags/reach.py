@@ -4,6 +4,11 @@ import json
 from typing import Any
 
 from django import template
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+from infra.runtime import redactor
+from runs.payloads import step_payload
 
 register = template.Library()
 
@@ -43,18 +48,12 @@ def tool_schema(snapshot: dict[str, Any] | None, name: str) -> Any:
 
 @register.filter
 def step_json(step: Any) -> str:
-    from infra.runtime import redactor
-    from runs.payloads import step_payload
-
     return json.dumps(redactor().data(step_payload(step)), ensure_ascii=False, indent=2)
 
 
 @register.filter
 def ago(value: Any) -> str:
     """'just now' under a minute, else Django's timesince plus 'ago'."""
-    from django.utils import timezone
-    from django.utils.timesince import timesince
-
     if value is None:
         return ""
     if (timezone.now() - value).total_seconds() < 60:

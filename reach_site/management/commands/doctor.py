@@ -9,16 +9,21 @@ anything fails.
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from engine.model_client import OpenAIModelClient
+from reach_site.celery import app
+from registry.adapters.mcp import MCPUnavailable, list_server_tools
+from registry.adapters.ssrf import Guard, guarded_client
+from registry.handlers import get_handler
 from registry.models import Tool
 
 WORKER_KEY_PATTERN = "reach:worker:*"
@@ -55,8 +60,6 @@ def check_model(timeout_s: float) -> Check:
             "no endpoint configured (set OPENAI_BASE_URL, or start the local model "
             "with `make up`)",
         )
-    from engine.model_client import OpenAIModelClient
-
     label = f"model {base_url}"
     client = OpenAIModelClient(
         base_url=base_url,
@@ -81,8 +84,6 @@ def check_model(timeout_s: float) -> Check:
 
 def check_redis(timeout_s: float) -> tuple[Check, Any]:
     """PING Redis; also return the client for the worker check (or None)."""
-    import redis
-
     url = settings.REDIS_URL
     label = f"redis {_without_password(url)}"
     client = redis.Redis.from_url(
@@ -115,8 +116,6 @@ def check_workers(redis_client: Any, ping_timeout_s: float) -> Check:
     if keys:
         names = ", ".join(k.removeprefix("reach:worker:") for k in keys[:5])
         return Check(label, True, f"{len(keys)} alive: {names}")
-    from reach_site.celery import app
-
     try:
         replies = app.control.inspect(timeout=ping_timeout_s).ping() or {}
     except Exception as exc:  # noqa: BLE001
@@ -152,8 +151,6 @@ def check_tools(timeout_s: float, mcp_timeout_s: float) -> Iterator[Check]:
 
 
 def _check_python(label: str, tool: Tool) -> Check:
-    from registry.handlers import get_handler
-
     name = tool.handler or tool.name
     if get_handler(name) is None:
         return Check(label, False, f"no python handler named {name!r} is registered")
@@ -170,25 +167,13 @@ def _check_http(label: str, tool: Tool, timeout_s: float) -> Check:
         return Check(label, False, "the URL's host is a template; cannot check it")
     origin = f"{parts.scheme}://{parts.netloc}/"
     probe = _guarded_probe(http.get("allowed_hosts") or [], timeout_s)
-    if probe is not None:
-        return probe(label, origin)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        return Check(label, False, f"{parts.hostname}:{port} unreachable: {exc}")
-    return Check(label, True, f"TCP {parts.hostname}:{port} connected")
+    return probe(label, origin)
 
 
 def _guarded_probe(
     allowed_hosts: list[Any], timeout_s: float
-) -> Callable[[str, str], Check] | None:
-    """A HEAD request through the SSRF-guarded client, if the HTTP tools offer one."""
-    try:
-        from registry.adapters.ssrf import Guard, guarded_client
-    except ImportError:
-        return None
+) -> Callable[[str, str], Check]:
+    """A HEAD request through the SSRF-guarded client."""
 
     def probe(label: str, origin: str) -> Check:
         guard = Guard.from_entries(
@@ -208,8 +193,6 @@ def _guarded_probe(
 def _check_mcp(
     label: str, tool: Tool, timeout_s: float, listings: dict[int, Any]
 ) -> Check:
-    from registry.adapters.mcp import MCPUnavailable, list_server_tools
-
     server = tool.mcp_server
     if server is None:
         return Check(label, False, "no MCP server")

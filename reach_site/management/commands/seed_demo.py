@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from reach_site.demo import demo_password, seed_demo
@@ -18,8 +19,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django.conf import settings
-
         if options["if_enabled"] and not settings.REACH_SEED_DEMO:
             self.stdout.write("REACH_SEED_DEMO is off: no demo data.")
             return

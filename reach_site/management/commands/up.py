@@ -44,8 +44,11 @@ from types import FrameType
 from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
+import redis
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from localmodel.install import is_installed, model_path
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -194,8 +197,6 @@ def accepts_connections(host: str, port: int) -> bool:
 
 def redis_answers(url: str) -> bool:
     """True when the Redis server at ``url`` answers PING."""
-    import redis
-
     client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
     try:
         return bool(client.ping())
@@ -764,13 +765,6 @@ class Command(BaseCommand):
     def start_model(self, supervisor: Supervisor, plan: Plan) -> None:
         """Start the local model server (installing it first if needed) and
         publish its URL."""
-        try:
-            from localmodel.install import is_installed, model_path
-        except ImportError as error:
-            raise StartupError(
-                f"the local model support cannot be imported ({error}); set "
-                "OPENAI_BASE_URL or use --no-model"
-            ) from None
         env = dict(plan.child_env)
         env.pop("OPENAI_BASE_URL", None)
         runtime_missing = importlib.util.find_spec("llama_cpp") is None
