@@ -52,8 +52,35 @@ test-postgres: install
 	  DATABASE_URL=$(PG_URL) $(PY) -m pytest -m dbsensitive -p no:cacheprovider; \
 	else echo "!! PostgreSQL at $(PG_URL) is not reachable: skipped the PostgreSQL pass"; fi
 
+# The platform beside the bare openai-SDK loop, the OpenAI Agents SDK and LangGraph +
+# SQLite, per step and 50 tasks at once (bench/compare.py; bench/README.md). It starts
+# its own product instance in a scratch var dir. BENCH_ARGS="--rounds 5" etc.
+.PHONY: bench-peers bench-internal bench-profile
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-$(shell cat bench/peers/requirements.txt | sha1sum | cut -c1-12)
+
 bench: install
-	$(PY) -m bench.run
+	$(PY) -m bench.compare $(BENCH_ARGS)
+
+# The peer frameworks' venv (from PyPI); without it `make bench` runs raw and platform only.
+bench-peers: $(PEERS_STAMP)
+
+$(PEERS_STAMP): bench/peers/requirements.txt
+	@echo "==> creating $(PEERS_VENV) for the peer benchmark"
+	python3.11 -m venv $(PEERS_VENV)
+	@echo '*' > $(PEERS_VENV)/.gitignore
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt
+	@rm -f $(PEERS_VENV)/.installed-*
+	@touch $@
+
+# py-spy on the worker and the web process during platform-ws rounds.
+bench-profile: install bench-peers
+	$(PY) -m bench.compare --profile --peers platform-ws --conc-rounds 0 $(BENCH_ARGS)
+
+# The product's internal benchmark: task_advance in-process per step, 200 tasks on
+# real Celery workers (bench/run.py).
+bench-internal: install
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 # ruff (lint and format), mypy --strict on the engine, and the layer contracts.
 lint: install
