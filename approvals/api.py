@@ -2,32 +2,58 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
 from django.http import Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.payloads import approval_payload
+from approvals.selectors import approval_shown, approvals_shown
 from approvals.services import DecisionError, approval_decide, can_decide
-from runs.api.views import paginate, redacted
+from runs.api.common import error_response, paginate, redacted
+from runs.api.schema import ErrorSchema
 from runs.permissions import can_audit
 
 
-def _approvals() -> QuerySet[ApprovalRequest]:
-    return ApprovalRequest.objects.select_related(
-        "task__agent", "requested_by", "decided_by", "step"
-    ).prefetch_related("votes__user")
+class ApprovalSchema(serializers.Serializer):
+    id = serializers.CharField()
+    task = serializers.CharField()
+    step = serializers.IntegerField()
+    tool = serializers.CharField()
+    risk = serializers.CharField()
+    arguments = serializers.JSONField()
+    proposed_arguments = serializers.JSONField(allow_null=True)
+    preview = serializers.CharField()
+    status = serializers.ChoiceField(ApprovalRequest.Status.values)
+    tainted_by = serializers.ListField(child=serializers.CharField())
+    approvals_required = serializers.IntegerField()
+    approved_by = serializers.ListField(child=serializers.CharField())
+    requested_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    decided_by = serializers.CharField(allow_null=True)
+    decided_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+
+
+class DecisionSchema(serializers.Serializer):
+    decision = serializers.ChoiceField(
+        ApprovalDecision.values, help_text="mark_done: recovery requests only"
+    )
+    arguments = serializers.JSONField(required=False, help_text="A full replacement")
+    reason = serializers.CharField(required=False, help_text="Required to reject")
 
 
 class ApprovalList(APIView):
+    @extend_schema(responses=ApprovalSchema(many=True))
     def get(self, request: Request) -> Response:
         user = request.user
         if not (can_decide(user) or can_audit(user)):
             raise PermissionDenied("Only approvers and auditors see approvals.")
-        approvals = _approvals().order_by("requested_at")
+        approvals = approvals_shown().order_by("requested_at")
         wanted = request.query_params.get("status")
         if wanted:
             approvals = approvals.filter(status=wanted)
@@ -35,25 +61,33 @@ class ApprovalList(APIView):
         return Response([redacted(approval_payload(a)) for a in page], headers=headers)
 
 
-class ApprovalDecision(APIView):
+class ApprovalDecisionView(APIView):
+    @extend_schema(
+        request=DecisionSchema,
+        responses={
+            200: ApprovalSchema,
+            400: ErrorSchema,
+            403: ErrorSchema,
+            409: ErrorSchema,
+        },
+    )
     def post(self, request: Request, approval_id: str) -> Response:
         user = request.user
         if not can_decide(user):
             raise PermissionDenied("Only approvers decide approvals.")
-        approval = _approvals().filter(pk=approval_id).first()
+        approval = approval_shown(approval_id)
         if approval is None:
             raise Http404
         data = request.data if isinstance(request.data, dict) else {}
-        arguments = data.get("arguments")
         try:
             decided = approval_decide(
                 approval=approval,
                 user=user,
                 decision=str(data.get("decision", "")),
-                arguments=arguments,
+                arguments=data.get("arguments"),
                 reason=str(data.get("reason") or ""),
             )
         except DecisionError as exc:
-            return Response({"error": str(exc), "detail": str(exc)}, status=exc.status)
-        decided = _approvals().get(pk=decided.pk)
+            return error_response(str(exc), exc.status)
+        decided = approvals_shown().get(pk=decided.pk)
         return Response(redacted(approval_payload(decided)))

@@ -7,15 +7,14 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from approvals.events import load_approval_event
+from approvals.services import can_decide
 from infra.push import APPROVALS_GROUP
 from runs.consumers import ReachConsumer
 
 
 class ApprovalsConsumer(ReachConsumer):
     async def authorize(self, user: Any) -> bool:
-        return bool(
-            await database_sync_to_async(user.has_perm)("approvals.decide_approval")
-        )
+        return bool(await database_sync_to_async(can_decide)(user))
 
     def groups_for(self, user: Any) -> list[str]:
         return [APPROVALS_GROUP]

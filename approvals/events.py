@@ -7,8 +7,8 @@ from typing import Any
 from django.db import transaction
 from django.template.loader import render_to_string
 
-from approvals.models import ApprovalRequest
 from approvals.payloads import approval_payload
+from approvals.selectors import approval_shown
 from infra.push import APPROVALS_GROUP, push
 from infra.runtime import redactor
 
@@ -21,14 +21,7 @@ def approval_changed_on_commit(approval_id: Any) -> None:
 
 def load_approval_event(approval_id: Any) -> dict[str, Any] | None:
     """The approval event, with its rendered card (the consumer's side)."""
-    approval = (
-        ApprovalRequest.objects.select_related(
-            "task__agent", "requested_by", "decided_by", "step"
-        )
-        .prefetch_related("votes__user")
-        .filter(pk=approval_id)
-        .first()
-    )
+    approval = approval_shown(approval_id)
     if approval is None:
         return None
     return {

@@ -9,6 +9,15 @@ from django.db import models
 from django.utils import timezone
 
 
+class ApprovalDecision(models.TextChoices):
+    """What an approver may decide; the label is how a step shows it."""
+
+    APPROVE = "approve", "approved"
+    REJECT = "reject", "rejected"
+    # Recovery requests only: the operator checked that the call happened.
+    MARK_DONE = "mark_done", "marked done"
+
+
 class ApprovalRequest(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"

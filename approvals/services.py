@@ -17,15 +17,26 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from approvals import events as approval_events
-from approvals.models import ApprovalRequest, ApprovalVote
+from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalVote
+from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_hash
-from engine.policy import decide, render_preview
-from engine.spec import Decision, StepStatus
-from engine.validation import InvalidArguments, validate_arguments
+from engine.planning import (
+    InvalidArguments,
+    decide,
+    render_preview,
+    validate_arguments,
+)
+from engine.spec import (
+    AgentSnapshot,
+    Decision,
+    DetailKey,
+    ErrorClass,
+    StepDetail,
+    StepStatus,
+    ToolSpec,
+)
 from infra.runtime import redactor
-from registry.services import spec_from_definition
-from runs import events as notify
 from runs import services as runs
 from runs.models import Step, Task
 
@@ -53,7 +64,7 @@ def approval_create(
     *, task: Task, step: Step, recovery: bool = False
 ) -> ApprovalRequest:
     """Park ``step``: create its request (inside the caller's transaction)."""
-    info = dict((step.detail or {}).get("approval") or {})
+    info = StepDetail(step.detail).approval
     spec_def = _tool_definition(task, step.tool or "")
     ttl = int(info.get("ttl_s") or spec_def.get("approval_ttl_s") or 3600)
     now = timezone.now()
@@ -82,12 +93,10 @@ def approval_create(
         requested_at=now,
         expires_at=now + timedelta(seconds=ttl),
     )
-    audit_append(
-        kind="approval.requested",
+    _audit(
+        AuditKind.APPROVAL_REQUESTED,
+        approval,
         actor=task.owner,
-        task_id=task.pk,
-        object_type="approval",
-        object_id=approval.pk,
         data={"tool": approval.tool, "step": step.seq, "kind": approval.kind},
     )
     approval_events.approval_changed_on_commit(approval.pk)
@@ -97,16 +106,31 @@ def approval_create(
 
 
 def _tool_definition(task: Task, name: str) -> dict[str, Any]:
-    for definition in (task.agent_snapshot or {}).get("tools", []):
-        if definition.get("name") == name:
-            return dict(definition)
-    return {}
+    return AgentSnapshot.from_json(task.agent_snapshot).tool(name) or {}
 
 
 def _preview(definition: dict[str, Any], arguments: dict[str, Any]) -> str:
     if not definition:
         return ""
-    return render_preview(spec_from_definition(definition), arguments)
+    return render_preview(ToolSpec.from_definition(definition), arguments)
+
+
+def _audit(
+    kind: AuditKind,
+    approval: ApprovalRequest,
+    *,
+    actor: Any,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Record what happened to ``approval`` in the audit log."""
+    audit_append(
+        kind=kind,
+        actor=actor,
+        task_id=approval.task_id,
+        object_type="approval",
+        object_id=approval.pk,
+        data=data,
+    )
 
 
 def _email_approvers(approval_id: Any) -> None:
@@ -139,26 +163,32 @@ def approval_decide(
     *,
     approval: ApprovalRequest,
     user: Any,
-    decision: str,
+    decision: ApprovalDecision | str,
     arguments: dict[str, Any] | None = None,
     reason: str = "",
 ) -> ApprovalRequest:
     """Decide a pending request. Exactly one of concurrent decisions wins.
 
-    ``decision`` is ``approve``, ``reject`` or, for recovery requests,
-    ``mark_done``. Raises :class:`DecisionError` (403, 400 or 409).
+    ``decision`` is an :class:`ApprovalDecision` (or its value): approve, reject
+    or, for recovery requests, mark done. Raises :class:`DecisionError` (403, 400
+    or 409).
     """
     if not can_decide(user):
         raise DecisionError("You do not have permission to decide approvals.", 403)
-    if decision not in ("approve", "reject", "mark_done"):
-        raise DecisionError("decision must be 'approve' or 'reject'.", 400)
+    if decision not in ApprovalDecision.values:
+        accepted = ", ".join(f"'{value}'" for value in ApprovalDecision.values)
+        raise DecisionError(f"decision must be one of {accepted}.", 400)
+    decision = ApprovalDecision(decision)
     # The reason goes back to the model and into the trace: never a secret.
     reason = redactor().text((reason or "").strip())
-    if decision == "reject" and not reason:
+    if decision is ApprovalDecision.REJECT and not reason:
         raise DecisionError("A reason is required to reject.", 400)
     if user.pk == approval.requested_by_id:
         raise DecisionError("You cannot decide on your own task's request.", 403)
-    if decision == "mark_done" and approval.kind != ApprovalRequest.Kind.RECOVERY:
+    if (
+        decision is ApprovalDecision.MARK_DONE
+        and approval.kind != ApprovalRequest.Kind.RECOVERY
+    ):
         raise DecisionError("mark_done applies to recovery requests only.", 400)
 
     if approval.kind == ApprovalRequest.Kind.RECOVERY and arguments is not None:
@@ -183,7 +213,7 @@ def approval_decide(
             else current.arguments
         )
         final_args = current.arguments
-        if decision == "approve" and arguments is not None:
+        if decision is ApprovalDecision.APPROVE and arguments is not None:
             final_args = _validated_edit(task, current, arguments)
         final_hash = canonical_hash(final_args)
         edited = final_hash != canonical_hash(original)
@@ -200,7 +230,7 @@ def approval_decide(
                 _preview(definition, final_args) or current.preview
             )[:500]
 
-        if decision == "approve":
+        if decision is ApprovalDecision.APPROVE:
             try:
                 with transaction.atomic():
                     ApprovalVote.objects.create(
@@ -216,18 +246,16 @@ def approval_decide(
                 # First of two approvers: record the vote, stay pending.
                 if not _swap(current, now, **edit_fields):
                     raise DecisionError("Someone else decided first.", 409)
-                audit_append(
-                    kind="approval.voted",
+                _audit(
+                    AuditKind.APPROVAL_VOTED,
+                    current,
                     actor=user,
-                    task_id=task.pk,
-                    object_type="approval",
-                    object_id=current.pk,
                     data={"edited": edited},
                 )
                 approval_events.approval_changed_on_commit(current.pk)
                 return ApprovalRequest.objects.get(pk=current.pk)
             status = ApprovalRequest.Status.APPROVED
-        elif decision == "reject":
+        elif decision is ApprovalDecision.REJECT:
             status = ApprovalRequest.Status.REJECTED
             edit_fields = {}
         else:
@@ -246,13 +274,14 @@ def approval_decide(
         if not won:
             raise DecisionError("Someone else decided first.", 409)
         _apply_to_step(task, current, decision, final_args, user, reason)
-        audit_append(
-            kind="approval.decided",
+        _audit(
+            AuditKind.APPROVAL_DECIDED,
+            current,
             actor=user,
-            task_id=task.pk,
-            object_type="approval",
-            object_id=current.pk,
-            data={"decision": decision, "edited": edited and decision == "approve"},
+            data={
+                "decision": decision.value,
+                "edited": edited and decision is ApprovalDecision.APPROVE,
+            },
         )
         approval_events.approval_changed_on_commit(current.pk)
         runs.enqueue_advance(task.pk)
@@ -278,7 +307,7 @@ def _validated_edit(
     definition = _tool_definition(task, approval.tool)
     if not definition:
         raise DecisionError(f"The tool {approval.tool} is no longer defined.", 400)
-    spec = spec_from_definition(definition)
+    spec = ToolSpec.from_definition(definition)
     try:
         validate_arguments(spec.parameters, arguments)
     except InvalidArguments as exc:
@@ -324,7 +353,7 @@ def _apply_to_step(
             step.proposed_arguments = step.arguments
         step.arguments = arguments
         edited = True
-    detail["decision"] = {
+    detail[DetailKey.DECISION] = {
         "decision": decision,
         "by": user.get_username(),
         "at": timezone.now().isoformat(),
@@ -335,7 +364,7 @@ def _apply_to_step(
     }
     if decision == "approve":
         # The engine refuses to run anything whose hash differs from this one.
-        detail["approved_hash"] = canonical_hash(step.arguments)
+        detail[DetailKey.APPROVED_HASH] = canonical_hash(step.arguments)
         step.status = StepStatus.APPROVED
         if approval.kind == ApprovalRequest.Kind.RECOVERY:
             # Retry: the next run starts it afresh; the ledger keeps it once.
@@ -354,15 +383,9 @@ def _apply_to_step(
         step.finished_at = timezone.now()
     else:
         step.status = StepStatus.REJECTED
-        detail["reason"] = reason
+        detail[DetailKey.REASON] = reason
         step.finished_at = timezone.now()
-    task.rev += 1
-    step.rev = task.rev
-    step.detail = detail
-    step.save()
-    task.updated_at = timezone.now()
-    task.save(update_fields=["rev", "updated_at"])
-    notify.task_changed_on_commit(task.pk)
+    runs.step_transition(task=task, step=step, detail=detail)
 
 
 def approvals_expire() -> int:
@@ -380,20 +403,10 @@ def approvals_expire() -> int:
             if not won:
                 continue
             step = Step.objects.select_for_update().get(pk=approval.step_id)
-            task.rev += 1
-            step.status = StepStatus.EXPIRED
-            step.finished_at = now
-            step.rev = task.rev
-            step.save()
-            task.save(update_fields=["rev"])
-            audit_append(
-                kind="approval.expired",
-                actor="system",
-                task_id=task.pk,
-                object_type="approval",
-                object_id=approval.pk,
+            runs.step_transition(
+                task=task, step=step, status=StepStatus.EXPIRED, finished_at=now
             )
-            notify.task_changed_on_commit(task.pk)
+            _audit(AuditKind.APPROVAL_EXPIRED, approval, actor="system")
             approval_events.approval_changed_on_commit(approval.pk)
             runs.enqueue_advance(task.pk)
             count += 1
@@ -410,20 +423,13 @@ def approvals_cancel_for_task(*, task: Task) -> None:
         ApprovalRequest.objects.filter(
             pk=approval.pk, status=ApprovalRequest.Status.PENDING
         ).update(status=ApprovalRequest.Status.CANCELLED, decided_at=now)
-        step = Step.objects.get(pk=approval.step_id)
-        task.rev += 1
-        step.status = StepStatus.SKIPPED
-        step.error = "Cancelled with the task before anyone decided."
-        step.error_class = "cancelled"
-        step.finished_at = now
-        step.rev = task.rev
-        step.save()
-        notify.task_changed_on_commit(task.pk)
-        approval_events.approval_changed_on_commit(approval.pk)
-        audit_append(
-            kind="approval.cancelled",
-            actor="system",
-            task_id=task.pk,
-            object_type="approval",
-            object_id=approval.pk,
+        runs.step_transition(
+            task=task,
+            step=Step.objects.get(pk=approval.step_id),
+            status=StepStatus.SKIPPED,
+            error="Cancelled with the task before anyone decided.",
+            error_class=ErrorClass.CANCELLED,
+            finished_at=now,
         )
+        approval_events.approval_changed_on_commit(approval.pk)
+        _audit(AuditKind.APPROVAL_CANCELLED, approval, actor="system")

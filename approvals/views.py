@@ -18,12 +18,14 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
 from approvals.models import ApprovalRequest
+from approvals.selectors import approvals_shown
 from approvals.services import can_decide
-from registry.models import Agent
+from registry.models import Agent, Tool
 from runs.permissions import can_audit
+from runs.selectors import filter_equal, filter_tainted
 
 FILTERS = ("tool", "risk", "agent", "user", "tainted")
-RISKS = ("read_only", "write", "irreversible")
+RISKS = tuple(Tool.Risk.values)
 HISTORY_PAGE_SIZE = 50
 RECENT_DECISIONS = 10
 
@@ -51,28 +53,18 @@ class QueuePresenter:
 def _filtered(
     params: QueryDict, approvals: QuerySet[ApprovalRequest]
 ) -> QuerySet[ApprovalRequest]:
-    if params.get("tool"):
-        approvals = approvals.filter(tool=params["tool"])
-    if params.get("risk"):
-        approvals = approvals.filter(risk=params["risk"])
-    if params.get("agent"):
-        approvals = approvals.filter(task__agent__name=params["agent"])
+    approvals = filter_equal(
+        approvals,
+        params,
+        {"tool": "tool", "risk": "risk", "agent": "task__agent__name"},
+    )
     user = str(params.get("user") or "").strip()
     if user:
         approvals = approvals.filter(requested_by__username=user)
-    if params.get("tainted") == "yes":
-        approvals = approvals.exclude(tainted_by=[])
-    elif params.get("tainted") == "no":
-        approvals = approvals.filter(tainted_by=[])
+    approvals = filter_tainted(approvals, params.get("tainted"))
     if params.get("status") in ApprovalRequest.Status.values:
         approvals = approvals.filter(status=params["status"])
     return approvals
-
-
-def _base() -> QuerySet[ApprovalRequest]:
-    return ApprovalRequest.objects.select_related(
-        "task__agent", "requested_by", "decided_by", "step"
-    ).prefetch_related("votes__user")
 
 
 def _presenter(request: HttpRequest, **extra: Any) -> QueuePresenter:
@@ -97,10 +89,10 @@ def queue(request: HttpRequest) -> HttpResponse:
     """Pending requests, oldest first, then the latest decisions."""
     _require_approver(request)
     pending = _filtered(
-        request.GET, _base().filter(status=ApprovalRequest.Status.PENDING)
+        request.GET, approvals_shown().filter(status=ApprovalRequest.Status.PENDING)
     ).order_by("requested_at")
     recent = _filtered(
-        request.GET, _base().exclude(status=ApprovalRequest.Status.PENDING)
+        request.GET, approvals_shown().exclude(status=ApprovalRequest.Status.PENDING)
     ).order_by("-decided_at", "-requested_at")[:RECENT_DECISIONS]
     page = _presenter(request, pending=list(pending), recent=list(recent))
     return render(request, "approvals/queue.html", {"page": page})
@@ -111,7 +103,7 @@ def history(request: HttpRequest) -> HttpResponse:
     """Decided requests, newest decision first: who, when, why, and the edit."""
     _require_approver(request)
     decided = _filtered(
-        request.GET, _base().exclude(status=ApprovalRequest.Status.PENDING)
+        request.GET, approvals_shown().exclude(status=ApprovalRequest.Status.PENDING)
     ).order_by("-decided_at", "-requested_at")
     query = request.GET.copy()
     query.pop("page", None)

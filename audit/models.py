@@ -6,6 +6,32 @@ from django.db import models
 from django.utils import timezone
 
 
+class AuditKind(models.TextChoices):
+    """What an audit event records: ``<noun>.<what happened>``."""
+
+    AUTH_LOGIN_FAILED = "auth.login_failed"
+    AGENT_CREATED = "agent.created"
+    AGENT_CHANGED = "agent.changed"
+    TOOL_REGISTERED = "tool.registered"
+    TOOL_CHANGED = "tool.changed"
+    TOOL_ENABLED = "tool.enabled"
+    TOOL_DISABLED = "tool.disabled"
+    TOOL_CONFIRMED = "tool.confirmed"
+    TOOL_TRIED = "tool.tried"
+    TASK_STARTED = "task.started"
+    TASK_CANCEL_REQUESTED = "task.cancel_requested"
+    TASK_FINISHED = "task.finished"
+    TASK_FORKED = "task.forked"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_VOTED = "approval.voted"
+    APPROVAL_DECIDED = "approval.decided"
+    APPROVAL_EXPIRED = "approval.expired"
+    APPROVAL_CANCELLED = "approval.cancelled"
+    TRACE_EXPORTED = "trace.exported"
+    TRACE_IMPORTED = "trace.imported"
+    TRACES_PURGED = "traces.purged"
+
+
 class AuditEvent(models.Model):
     position = models.PositiveBigIntegerField(unique=True)
     kind = models.CharField(max_length=50, db_index=True)

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from audit.models import AuditEvent, AuditHead
+from audit.models import AuditEvent, AuditHead, AuditKind
 from engine.canonical import canonical_json
 from infra.runtime import redactor
 
@@ -56,7 +56,7 @@ def _redact(value: Any) -> Any:
 
 def audit_append(
     *,
-    kind: str,
+    kind: AuditKind | str,
     actor: Any = None,
     task_id: Any = "",
     object_type: str = "",
@@ -69,13 +69,14 @@ def audit_append(
     IMMEDIATE transactions take the write lock up front), so concurrent appends
     queue instead of forking the chain; ``position`` is unique as a backstop.
     Everything recorded passes the redactor (a failed login's user name can be
-    a pasted password).
+    a pasted password). ``kind`` is an :class:`AuditKind` (tests append kinds of
+    their own).
     """
     with transaction.atomic():
         head, _ = AuditHead.objects.select_for_update().get_or_create(pk=1)
         event = AuditEvent(
             position=head.position + 1,
-            kind=kind,
+            kind=str(kind),
             actor=_redact(_actor_name(actor))[:150],
             task_id=str(task_id or ""),
             object_type=object_type,
@@ -95,7 +96,7 @@ def audit_append(
 def audit_failed_login(sender: object, credentials: dict[str, Any], **_: Any) -> None:
     """Receiver of ``user_login_failed`` (connected in ``AuditConfig.ready``)."""
     audit_append(
-        kind="auth.login_failed",
+        kind=AuditKind.AUTH_LOGIN_FAILED,
         actor="anonymous",
         object_type="user",
         object_id=str(credentials.get("username", ""))[:150],

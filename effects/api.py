@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from effects.models import Note
 from registry.permissions import can_register_tools
 from runs.api import schema
-from runs.api.views import paginate
+from runs.api.common import paginate
 from runs.permissions import can_audit
 
 

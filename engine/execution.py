@@ -19,19 +19,27 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .canonical import canonical_hash, dumps
-from .spec import Attempt, CallContext, Handler, ToolResult, ToolSpec, utcnow
+from .spec import (
+    Attempt,
+    CallContext,
+    ErrorClass,
+    Handler,
+    ToolResult,
+    ToolSpec,
+    utcnow,
+)
 
 
 class ToolError(Exception):
     """A handler's way to report a failure meant for the model (no traceback)."""
 
-    error_class = "tool_error"
+    error_class: str = ErrorClass.TOOL_ERROR
 
 
 class RetryableToolError(ToolError):
     """A transient failure (e.g. a 503 from an upstream service)."""
 
-    error_class = "transient"
+    error_class: str = ErrorClass.TRANSIENT
 
 
 class ResultCache(Protocol):
@@ -60,6 +68,9 @@ class NoRateLimit:
 
 
 _MISSING = object()
+
+#: Failures worth another try (for a tool that is safe to retry).
+_RETRYABLE = frozenset({ErrorClass.TIMEOUT, ErrorClass.TRANSIENT, ErrorClass.EXCEPTION})
 
 
 @dataclass
@@ -122,7 +133,7 @@ class Executor:
                         f" calls per minute). Try again in about {wait_s:.0f} s, or "
                         "continue with what you already have."
                     ),
-                    error_class="rate_limited",
+                    error_class=ErrorClass.RATE_LIMITED,
                     started_at=started,
                     finished_at=utcnow(),
                 )
@@ -135,7 +146,7 @@ class Executor:
             if attempt.error is None:
                 result = ToolResult(ok=True, value=value, attempts=attempts)
                 break
-            retryable = attempt.error_class in ("timeout", "transient", "exception")
+            retryable = attempt.error_class in _RETRYABLE
             if number == tries or not retryable:
                 result = ToolResult(
                     ok=False,
@@ -173,7 +184,7 @@ class Executor:
                     0.0,
                     "Too many earlier calls are still hanging; this tool is "
                     "unavailable for now.",
-                    "overloaded",
+                    ErrorClass.OVERLOADED,
                 )
         deadline = t0 + spec.timeout_s
         ctx = CallContext(
@@ -192,7 +203,11 @@ class Executor:
             if not spec.retry_safe:
                 message += " It may still take effect; check before calling it again."
             return None, Attempt(
-                number, started_at, (time.monotonic() - t0) * 1000, message, "timeout"
+                number,
+                started_at,
+                (time.monotonic() - t0) * 1000,
+                message,
+                ErrorClass.TIMEOUT,
             )
         except ToolError as exc:
             return None, Attempt(
@@ -208,13 +223,15 @@ class Executor:
                 started_at,
                 (time.monotonic() - t0) * 1000,
                 f"{spec.name} failed: {exc.__class__.__name__}: {exc}"[:500],
-                "exception",
+                ErrorClass.EXCEPTION,
             )
         elapsed = (time.monotonic() - t0) * 1000
         try:
             value = ensure_json(value)
         except ValueError as exc:
-            return None, Attempt(number, started_at, elapsed, str(exc), "bad_result")
+            return None, Attempt(
+                number, started_at, elapsed, str(exc), ErrorClass.BAD_RESULT
+            )
         return value, Attempt(number, started_at, elapsed)
 
     def _abandon(self, future: Future[Any]) -> None:

@@ -19,33 +19,34 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from .canonical import call_signature, canonical_hash, dumps
+from .canonical import canonical_hash, dumps
 from .context import (
     TokenEstimator,
     build_messages,
     snapshot,
 )
-from .execution import Executor
+from .execution import Executor, select_fields
 from .model_client import ModelClient, ModelError, ModelReply
-from .policy import decide, render_preview
+from .planning import Planner
 from .redaction import Redactor
 from .spec import (
     FINAL_STEP_STATUSES,
     CallContext,
-    Decision,
+    DetailKey,
+    ErrorClass,
     Limits,
+    Risk,
+    StepDetail,
     StepKind,
     StepRecord,
     StepStatus,
     StopReason,
     Toolbox,
-    ToolCall,
     ToolResult,
     ToolSpec,
     Usage,
     utcnow,
 )
-from .validation import InvalidArguments, parse_arguments, validate_arguments
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +189,8 @@ class Engine:
                     started_at=utcnow(),
                     finished_at=utcnow(),
                     detail={
-                        "prompt_estimate": estimate,
-                        "context_estimate": in_context,
+                        DetailKey.PROMPT_ESTIMATE: estimate,
+                        DetailKey.CONTEXT_ESTIMATE: in_context,
                     },
                 )
                 steps.extend(self._append(journal, [failed]))
@@ -197,7 +198,7 @@ class Engine:
                 return Outcome.FINISHED
 
             planned = self._plan(reply, steps, snap, estimate, journal.task_id)
-            planned[0].detail["context_estimate"] = in_context
+            planned[0].detail[DetailKey.CONTEXT_ESTIMATE] = in_context
             persisted = self._append(journal, planned)
             steps.extend(persisted)
             snap.usage = snap.usage + reply.usage
@@ -234,9 +235,9 @@ class Engine:
         limits = self.limits
         model_calls = [s for s in steps if s.kind is StepKind.MODEL_CALL]
         if model_calls:
-            flagged = model_calls[-1].detail.get("stop")
-            if flagged:
-                return StopReason(flagged)
+            flagged = StepDetail(model_calls[-1].detail).stop
+            if flagged is not None:
+                return flagged
             last = model_calls[-1]
             if limits.stop_on_approval_expired and any(
                 s.status is StepStatus.EXPIRED
@@ -323,11 +324,11 @@ class Engine:
         dropped_turns = (len(snap.history) - len(history)) // 2
         if replaced or dropped_turns:
             step = _compaction(replaced, _next_seq(steps))
-            step.detail["dropped_history_turns"] = dropped_turns
-            step.detail["estimate_before"] = estimator.estimate(messages, tools)
-            step.detail["budget"] = budget
+            step.detail[DetailKey.DROPPED_HISTORY_TURNS] = dropped_turns
+            step.detail[DetailKey.ESTIMATE_BEFORE] = estimator.estimate(messages, tools)
+            step.detail[DetailKey.BUDGET] = budget
             compacted = self._messages(steps + [step], snap, history)
-            step.detail["estimate_after"] = estimator.estimate(compacted, tools)
+            step.detail[DetailKey.ESTIMATE_AFTER] = estimator.estimate(compacted, tools)
             steps.extend(self._append(journal, [step]))
             snap.history = history
             return compacted
@@ -372,6 +373,13 @@ class Engine:
 
     # -- planning -----------------------------------------------------------------
 
+    @property
+    def planner(self) -> Planner:
+        """The public planning of this engine's toolbox under its limits."""
+        return Planner(
+            specs=self.toolbox.specs, limits=self.limits, redactor=self.redactor
+        )
+
     def _plan(
         self,
         reply: ModelReply,
@@ -386,9 +394,8 @@ class Engine:
         consecutive seqs after their model call, then any notes.
         """
         now = utcnow()
-        base = _next_seq(steps)
         model_step = StepRecord(
-            seq=base,
+            seq=_next_seq(steps),
             kind=StepKind.MODEL_CALL,
             status=StepStatus.SUCCEEDED,
             model=reply.model,
@@ -399,173 +406,20 @@ class Engine:
             started_at=_ago(now, reply.latency_ms),
             finished_at=now,
             detail={
-                "prompt_estimate": round(estimate, 1),
-                "finish_reason": reply.finish_reason,
+                DetailKey.PROMPT_ESTIMATE: round(estimate, 1),
+                DetailKey.FINISH_REASON: reply.finish_reason,
             },
         )
-        planned: list[StepRecord] = [model_step]
-        notes: list[StepRecord] = []
-        tool_steps = [s for s in steps if s.kind is StepKind.TOOL_CALL]
-        taint = self._taint(steps, snap)
-        successes = {
-            s.detail["signature"]: s
-            for s in tool_steps
-            if s.status in (StepStatus.SUCCEEDED, StepStatus.CACHED)
-            and "signature" in s.detail
-        }
-        repeats: dict[str, int] = {}
-        for s in tool_steps:
-            if s.status is StepStatus.DEDUPLICATED and "signature" in s.detail:
-                repeats[s.detail["signature"]] = (
-                    repeats.get(s.detail["signature"], 0) + 1
-                )
-        count = len(tool_steps)
-        for call in reply.tool_calls:
-            step = self._plan_call(call, [*steps, *planned[1:]], taint)
-            step.seq = base + 1 + call.index
-            step.parent_seq = base
-            step.idempotency_key = f"{task_id}:{base}:{call.index}"
-            count += 1
-            signature = step.detail.get("signature")
-            if count > self.limits.max_tool_calls and step.status is StepStatus.RUNNING:
-                step.status = StepStatus.SKIPPED
-                step.error = (
-                    f"Tool call limit reached ({self.limits.max_tool_calls} per task)."
-                )
-                step.error_class = "max_tool_calls"
-                model_step.detail["stop"] = StopReason.MAX_TOOL_CALLS.value
-            elif (
-                signature
-                and signature in successes
-                and step.status
-                in (
-                    StepStatus.RUNNING,
-                    StepStatus.WAITING_APPROVAL,
-                )
-            ):
-                earlier = successes[signature]
-                if repeats.get(signature, 0) >= 1:
-                    step.status = StepStatus.SKIPPED
-                    step.error = "The same call was repeated again; the task stops."
-                    step.error_class = "repeated_call"
-                    model_step.detail["stop"] = StopReason.REPEATED_CALL.value
-                else:
-                    repeats[signature] = repeats.get(signature, 0) + 1
-                    step.status = StepStatus.DEDUPLICATED
-                    step.result = earlier.result
-                    step.detail.pop("approval", None)
-                    step.detail["same_as_seq"] = earlier.seq
-                    step.finished_at = now
-                    notes.append(
-                        StepRecord(
-                            seq=base + 1 + len(reply.tool_calls) + len(notes),
-                            kind=StepKind.NOTE,
-                            status=StepStatus.SUCCEEDED,
-                            detail={
-                                "text": (
-                                    f"You already called {call.name} with these "
-                                    f"arguments (step {earlier.seq}); this is the "
-                                    "same result. Change your plan or answer now."
-                                ),
-                                "attach_to": step.seq,
-                                "reason": "repeated_call",
-                            },
-                            started_at=now,
-                            finished_at=now,
-                        )
-                    )
-            elif step.status is StepStatus.RUNNING and self._circuit_open(
-                step.tool or "", [*steps, *planned[1:]]
-            ):
-                step.status = StepStatus.SKIPPED
-                step.error = (
-                    f"{step.tool} failed {self.limits.consecutive_failure_limit} times "
-                    "in a row and is unavailable for this task. Use another tool or "
-                    "answer with what you have."
-                )
-                step.error_class = "circuit_open"
-            planned.append(step)
-        return planned + notes
-
-    def _plan_call(
-        self, call: ToolCall, steps: Sequence[StepRecord], taint: list[str]
-    ) -> StepRecord:
-        step = StepRecord(
-            seq=0,
-            kind=StepKind.TOOL_CALL,
-            status=StepStatus.RUNNING,
-            tool=call.name,
-            call_id=call.call_id,
-            call_index=call.index,
-            raw_arguments=self.redactor.text(call.raw_arguments),
+        plan = self.planner.plan_turn(
+            model_step,
+            reply.tool_calls,
+            steps=steps,
+            task_id=task_id,
+            inherited_taint=snap.inherited_taint,
+            now=now,
         )
-        spec = self.toolbox.specs.get(call.name)
-        if spec is None:
-            step.status = StepStatus.FAILED
-            step.error = (
-                f"Unknown tool '{call.name}'. Available tools: "
-                + ", ".join(self.toolbox.names())
-                + "."
-            )
-            step.error_class = "unknown_tool"
-            return step
-        step.tool_version = spec.version
-        try:
-            arguments = parse_arguments(call.raw_arguments)
-            validate_arguments(spec.parameters, arguments)
-        except InvalidArguments as exc:
-            step.status = StepStatus.FAILED
-            step.error = str(exc)
-            step.error_class = exc.error_class
-            return step
-        # What is persisted, shown to an approver, hashed and run is one object.
-        arguments = self.redactor.data(arguments)
-        step.arguments = arguments
-        step.detail["signature"] = call_signature(spec.name, arguments)
-        policy = decide(spec, arguments, tainted_by=taint)
-        step.tainted_by = list(policy.tainted_by) or (
-            list(taint) if spec.risk.value != "read_only" else []
-        )
-        if policy.decision is Decision.APPROVE:
-            step.status = StepStatus.WAITING_APPROVAL
-            step.detail["approval"] = {
-                "reasons": list(policy.reasons),
-                "preview": self.redactor.text(render_preview(spec, arguments)),
-                "args_hash": canonical_hash(arguments),
-                "approvals_required": spec.approvals_required,
-                "ttl_s": spec.approval_ttl_s,
-                "risk": spec.risk.value,
-                "tainted_by": list(policy.tainted_by),
-            }
-        elif policy.decision is Decision.DENY:
-            step.status = StepStatus.DENIED
-            step.error = "Policy refused this call: " + "; ".join(policy.reasons)
-            step.error_class = "denied"
-        return step
-
-    def _circuit_open(self, tool: str, steps: Sequence[StepRecord]) -> bool:
-        streak = 0
-        for step in steps:
-            if step.kind is not StepKind.TOOL_CALL or step.tool != tool:
-                continue
-            if step.status is StepStatus.FAILED and step.error_class not in (
-                "invalid_json",
-                "invalid_arguments",
-                "unknown_tool",
-            ):
-                streak += 1
-            elif step.status in (StepStatus.SUCCEEDED, StepStatus.CACHED):
-                streak = 0
-        return streak >= self.limits.consecutive_failure_limit
-
-    def _taint(self, steps: Sequence[StepRecord], snap: RunSnapshot) -> list[str]:
-        sources = list(snap.inherited_taint)
-        for step in steps:
-            if step.kind is StepKind.TOOL_CALL and step.detail.get("untrusted"):
-                label = f"{step.tool}#{step.seq}"
-                if label not in sources:
-                    sources.append(label)
-        return sources
+        plan.flag(model_step)
+        return [model_step, *plan.steps]
 
     def _append(self, journal: Journal, steps: list[StepRecord]) -> list[StepRecord]:
         persisted = journal.append(steps)
@@ -600,7 +454,7 @@ class Engine:
                     step.copy(
                         status=StepStatus.FAILED,
                         error=f"Tool '{step.tool}' is no longer available.",
-                        error_class="unknown_tool",
+                        error_class=ErrorClass.UNKNOWN_TOOL,
                         finished_at=utcnow(),
                     ),
                 )
@@ -612,7 +466,7 @@ class Engine:
                     _replace(steps, updated)
                     continue
             if step.status is StepStatus.APPROVED:
-                approved_hash = step.detail.get("approved_hash")
+                approved_hash = StepDetail(step.detail).approved_hash
                 if approved_hash != canonical_hash(step.arguments):
                     self._record(
                         journal,
@@ -621,12 +475,12 @@ class Engine:
                             status=StepStatus.FAILED,
                             error="The arguments differ from the approved ones; "
                             "refused to run.",
-                            error_class="approval_mismatch",
+                            error_class=ErrorClass.APPROVAL_MISMATCH,
                             finished_at=utcnow(),
                         ),
                     )
                     continue
-            read = spec.risk.value == "read_only"
+            read = spec.risk is Risk.READ_ONLY
             if read and batches and batches[-1][0]:
                 batches[-1][1].append(step)
             else:
@@ -639,7 +493,7 @@ class Engine:
                 running = self._start(journal, steps, batch[0])
                 finished = self._run_one(running)
                 spec = self.toolbox.specs[finished.tool or ""]
-                if finished.error_class == "timeout" and not spec.retry_safe:
+                if finished.error_class == ErrorClass.TIMEOUT and not spec.retry_safe:
                     # Abandoned mid-write: it may still happen. A human decides.
                     _replace(steps, journal.outcome_unknown(finished, spec))
                     continue
@@ -682,7 +536,7 @@ class Engine:
             return step.copy(
                 status=StepStatus.FAILED,
                 error=f"No handler is registered for '{spec.name}'.",
-                error_class="no_handler",
+                error_class=ErrorClass.NO_HANDLER,
                 finished_at=utcnow(),
             )
         context = CallContext(
@@ -698,14 +552,12 @@ class Engine:
     def _finished(
         self, step: StepRecord, spec: ToolSpec, result: ToolResult
     ) -> StepRecord:
-        from .execution import select_fields
-
         detail = dict(step.detail)
-        detail["attempt_count"] = len(result.attempts)
+        detail[DetailKey.ATTEMPT_COUNT] = len(result.attempts)
         if result.ok:
             value = self.redactor.data(select_fields(result.value, spec.result_fields))
             if spec.untrusted_output:
-                detail["untrusted"] = True
+                detail[DetailKey.UNTRUSTED] = True
             return step.copy(
                 status=StepStatus.CACHED if result.cached else StepStatus.SUCCEEDED,
                 result=value,
@@ -717,7 +569,7 @@ class Engine:
             )
         # A rate-limited call did not run: an observation, not a tool error, so it
         # counts neither toward tool_error_limit nor toward the circuit breaker.
-        limited = result.error_class == "rate_limited"
+        limited = result.error_class == ErrorClass.RATE_LIMITED
         return step.copy(
             status=StepStatus.SKIPPED if limited else StepStatus.FAILED,
             error=self.redactor.text(result.error or "The tool failed."),
@@ -761,7 +613,7 @@ def _compaction(replaced: Mapping[str, str], seq: int) -> StepRecord:
         seq=seq,
         kind=StepKind.COMPACTION,
         status=StepStatus.SUCCEEDED,
-        detail={"replaced": dict(replaced)},
+        detail={DetailKey.REPLACED: dict(replaced)},
         started_at=now,
         finished_at=now,
     )
@@ -771,7 +623,7 @@ def _replaced_seqs(steps: Sequence[StepRecord]) -> set[int]:
     seqs: set[int] = set()
     for step in steps:
         if step.kind is StepKind.COMPACTION:
-            seqs.update(int(s) for s in step.detail.get("replaced", {}))
+            seqs.update(int(s) for s in StepDetail(step.detail).replaced)
     return seqs
 
 

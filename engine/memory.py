@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .loop import Control, RunSnapshot
-from .spec import StepRecord, StepStatus, StopReason, ToolSpec, Usage
+from .spec import ErrorClass, StepRecord, StepStatus, StopReason, ToolSpec, Usage
 
 
 @dataclass
@@ -102,7 +102,7 @@ class MemoryJournal:
             step.copy(
                 status=StepStatus.WAITING_APPROVAL,
                 error="outcome unknown",
-                error_class="outcome_unknown",
+                error_class=ErrorClass.OUTCOME_UNKNOWN,
             )
         )
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import httpx2
 
-from .spec import Attempt, ToolCall, Usage, utcnow
+from .spec import Attempt, ErrorClass, ToolCall, Usage, utcnow
 
 
 class ModelError(Exception):
@@ -177,26 +177,26 @@ class OpenAIModelClient:
                 completion = self._client.chat.completions.create(**kwargs)
             except openai.APITimeoutError:
                 kind, message, retryable = (
-                    "timeout",
+                    ErrorClass.TIMEOUT,
                     "The model did not answer in time.",
                     True,
                 )
             except openai.APIConnectionError as exc:
                 kind, message, retryable = (
-                    "connection",
+                    ErrorClass.CONNECTION,
                     f"Cannot reach the model server at {self.base_url} ({exc}).",
                     True,
                 )
             except openai.RateLimitError as exc:
                 kind, message, retryable = (
-                    "rate_limited",
+                    ErrorClass.RATE_LIMITED,
                     "The model server is rate limiting requests (429).",
                     True,
                 )
                 retry_after = _retry_after(exc)
             except openai.APIStatusError as exc:
                 retryable = exc.status_code >= 500
-                kind = "server" if retryable else "bad_request"
+                kind = ErrorClass.SERVER if retryable else ErrorClass.BAD_REQUEST
                 message = (
                     f"The model server answered {exc.status_code}: "
                     f"{_short(str(exc.message))}"
@@ -229,7 +229,7 @@ class OpenAIModelClient:
         if not completion.choices:
             raise ModelError(
                 "The model server returned no choices.",
-                kind="bad_response",
+                kind=ErrorClass.BAD_RESPONSE,
                 attempts=attempts,
             )
         choice = completion.choices[0]
@@ -275,14 +275,15 @@ def _short(text: str, limit: int = 300) -> str:
 
 
 def _actionable(kind: str, message: str, model: str, base_url: str) -> str:
-    hints = {
-        "connection": "Check that the model server is running and that "
+    hints: dict[str, str] = {
+        ErrorClass.CONNECTION: "Check that the model server is running and that "
         "OPENAI_BASE_URL points at it.",
-        "timeout": "The server may be overloaded; try again, or raise "
+        ErrorClass.TIMEOUT: "The server may be overloaded; try again, or raise "
         "REACH_MODEL_TIMEOUT_S.",
-        "rate_limited": "Wait a minute and try again, or raise the endpoint's quota.",
-        "server": "The model server failed; check its logs and try again.",
-        "bad_request": f"Check that the model '{model}' exists on {base_url} and "
-        "that OPENAI_API_KEY is right.",
+        ErrorClass.RATE_LIMITED: "Wait a minute and try again, or raise the "
+        "endpoint's quota.",
+        ErrorClass.SERVER: "The model server failed; check its logs and try again.",
+        ErrorClass.BAD_REQUEST: f"Check that the model '{model}' exists on "
+        f"{base_url} and that OPENAI_API_KEY is right.",
     }
     return f"{message} {hints.get(kind, '')}".strip()

@@ -1,4 +1,5 @@
-"""The engine's vocabulary: tools, calls, results, steps and stop reasons.
+"""The engine's vocabulary: tools, calls, results, steps, stop reasons, error
+classes, the keys of a step's detail, and the agent snapshot a run starts from.
 
 Plain dataclasses with no Django import; the Django side maps its models onto them.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -105,6 +106,157 @@ class StopReason(StrEnum):
         return TaskStatus.STOPPED
 
 
+class ErrorClass(StrEnum):
+    """Why a step failed or was skipped (``error_class``; attempts carry them too).
+
+    Stored as plain strings, so compare with ``==`` or ``in``: a value read back
+    from the database is a ``str``, equal to its member. A handler may raise a
+    :class:`~engine.execution.ToolError` with a class of its own; those pass
+    through unchanged.
+    """
+
+    # Planning: the call never reached its handler.
+    UNKNOWN_TOOL = "unknown_tool"
+    INVALID_JSON = "invalid_json"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    DENIED = "denied"
+    MAX_TOOL_CALLS = "max_tool_calls"
+    REPEATED_CALL = "repeated_call"
+    CIRCUIT_OPEN = "circuit_open"
+    # Running a call.
+    TIMEOUT = "timeout"
+    TRANSIENT = "transient"
+    EXCEPTION = "exception"
+    TOOL_ERROR = "tool_error"
+    BAD_RESULT = "bad_result"
+    OVERLOADED = "overloaded"
+    RATE_LIMITED = "rate_limited"
+    NO_HANDLER = "no_handler"
+    APPROVAL_MISMATCH = "approval_mismatch"
+    BLOCKED = "blocked"
+    # The run around a call.
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    CANCELLED = "cancelled"
+    NOT_FINISHED = "not_finished"
+    NOT_RECORDED = "not_recorded"
+    # The model endpoint (model_call steps; TIMEOUT and RATE_LIMITED too).
+    CONNECTION = "connection"
+    SERVER = "server"
+    BAD_REQUEST = "bad_request"
+    BAD_RESPONSE = "bad_response"
+    REPLAY_EXHAUSTED = "replay_exhausted"
+
+
+#: Failures found while planning: the handler never ran, and they say nothing
+#: about the tool's health (the circuit breaker ignores them).
+PLANNING_FAILURES = frozenset(
+    {ErrorClass.UNKNOWN_TOOL, ErrorClass.INVALID_JSON, ErrorClass.INVALID_ARGUMENTS}
+)
+
+
+class DetailKey(StrEnum):
+    """The keys of a step's ``detail`` object that code writes and reads back.
+
+    ``detail`` is stored as a plain JSON object; these name its keys so that no
+    caller spells one by hand. :class:`StepDetail` reads the control keys typed.
+    """
+
+    # Control: what later planning, execution and approval act on.
+    SIGNATURE = "signature"  # tool + canonical arguments (repeated-call detection)
+    APPROVAL = "approval"  # why the call waits and what the card shows
+    APPROVED_HASH = "approved_hash"  # canonical hash of the approved arguments
+    DECISION = "decision"  # the human decision on a parked call
+    UNTRUSTED = "untrusted"  # the result came from an untrusted tool: it taints
+    STOP = "stop"  # on a model call: the stop reason its planning flagged
+    SAME_AS_SEQ = "same_as_seq"  # a deduplicated call: whose result it reuses
+    # Notes and compactions (what the model is told).
+    TEXT = "text"
+    ATTACH_TO = "attach_to"
+    REASON = "reason"  # a note's cause; a rejection's reason
+    REPLACED = "replaced"
+    DROPPED_HISTORY_TURNS = "dropped_history_turns"
+    ESTIMATE_BEFORE = "estimate_before"
+    ESTIMATE_AFTER = "estimate_after"
+    BUDGET = "budget"
+    # Facts for the trace.
+    PROMPT_ESTIMATE = "prompt_estimate"
+    CONTEXT_ESTIMATE = "context_estimate"
+    FINISH_REASON = "finish_reason"
+    ATTEMPT_COUNT = "attempt_count"
+    COPIED_FROM = "copied_from"
+    FORK = "fork"
+
+
+@dataclass(frozen=True)
+class StepDetail:
+    """Typed reads of a step's ``detail`` object (it stays a plain dict).
+
+    ``StepDetail(step.detail).signature`` works on an engine record and on a
+    database row alike; writes name their key with :class:`DetailKey`.
+    """
+
+    data: Mapping[str, Any] | None
+
+    def _get(self, key: DetailKey) -> Any:
+        return (self.data or {}).get(key)
+
+    @property
+    def signature(self) -> str | None:
+        value = self._get(DetailKey.SIGNATURE)
+        return str(value) if value else None
+
+    @property
+    def approval(self) -> dict[str, Any]:
+        """What the policy recorded for the approval card (empty if none)."""
+        value = self._get(DetailKey.APPROVAL)
+        return dict(value) if isinstance(value, Mapping) else {}
+
+    @property
+    def waited_for_approval(self) -> bool:
+        return DetailKey.APPROVAL in (self.data or {})
+
+    @property
+    def approved_hash(self) -> str | None:
+        value = self._get(DetailKey.APPROVED_HASH)
+        return str(value) if value else None
+
+    @property
+    def decision(self) -> dict[str, Any]:
+        """The human decision on the call (empty if none)."""
+        value = self._get(DetailKey.DECISION)
+        return dict(value) if isinstance(value, Mapping) else {}
+
+    @property
+    def untrusted(self) -> bool:
+        return bool(self._get(DetailKey.UNTRUSTED))
+
+    @property
+    def stop(self) -> StopReason | None:
+        value = self._get(DetailKey.STOP)
+        return StopReason(value) if value else None
+
+    @property
+    def same_as_seq(self) -> int | None:
+        value = self._get(DetailKey.SAME_AS_SEQ)
+        return int(value) if value is not None else None
+
+    @property
+    def reason(self) -> str | None:
+        value = self._get(DetailKey.REASON)
+        return str(value) if value else None
+
+    @property
+    def replaced(self) -> dict[str, str]:
+        """A compaction's shortened results, by seq (as a string)."""
+        value = self._get(DetailKey.REPLACED)
+        return dict(value) if isinstance(value, Mapping) else {}
+
+    @property
+    def attach_to(self) -> int | None:
+        value = self._get(DetailKey.ATTACH_TO)
+        return int(value) if value is not None else None
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """Everything the engine needs to know about one tool, at one version."""
@@ -151,6 +303,33 @@ class ToolSpec:
                 "parameters": dict(self.parameters),
             },
         }
+
+    @classmethod
+    def from_definition(cls, definition: Mapping[str, Any]) -> ToolSpec:
+        """The spec of a tool definition as recorded (API.md "Tool definitions")."""
+        return cls(
+            name=definition["name"],
+            description=definition.get("description", ""),
+            parameters=definition.get("parameters") or {"type": "object"},
+            kind=definition.get("kind", "python"),
+            risk=Risk(definition.get("risk", "read_only")),
+            approval=ApprovalMode(definition.get("approval", "never")),
+            approval_rule=definition.get("approval_rule"),
+            approvals_required=int(definition.get("approvals_required", 1)),
+            approval_ttl_s=int(definition.get("approval_ttl_s", 3600)),
+            untrusted_output=bool(definition.get("untrusted_output", False)),
+            idempotent=bool(definition.get("idempotent", False)),
+            timeout_s=float(definition.get("timeout_s", 10.0)),
+            max_retries=int(definition.get("max_retries", 0)),
+            max_result_chars=int(definition.get("max_result_chars", 4000)),
+            result_fields=tuple(definition.get("result_fields") or ()),
+            cache_ttl_s=int(definition.get("cache_ttl_s", 0)),
+            rate_limit_per_min=int(definition.get("rate_limit_per_min", 0)),
+            preview_template=definition.get("preview_template") or "",
+            tags=tuple(definition.get("tags") or ()),
+            version=int(definition.get("version", 1)),
+            leaves_house=bool(definition.get("leaves_house", False)),
+        )
 
 
 @dataclass(frozen=True)
@@ -304,6 +483,127 @@ class Limits:
     context_budget_tokens: int = 3500
     parallel_tool_calls: int = 4
     stop_on_approval_expired: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Limits:
+        """Limits as recorded by any version: a key this version does not know is
+        ignored, a missing one (or one of the wrong type) takes its default."""
+        defaults = cls()
+        known: dict[str, Any] = {}
+        for item in fields(cls):
+            if item.name not in data:
+                continue
+            value, default = data[item.name], getattr(defaults, item.name)
+            if isinstance(default, bool):
+                if isinstance(value, bool):
+                    known[item.name] = value
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            elif isinstance(default, int):
+                if isinstance(value, int) or value.is_integer():
+                    known[item.name] = int(value)
+            else:
+                known[item.name] = float(value)
+        return cls(**known)
+
+
+DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
+
+_SNAPSHOT_KEYS = frozenset(
+    {"name", "model", "instructions", "limits", "tools", "history"}
+)
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    """The agent as one run uses it, recorded on its task when the run starts.
+
+    Stored as ``Task.agent_snapshot``, a plain JSON object: ``name``, ``model``,
+    ``instructions``, ``limits``, ``tools`` (the tool definitions as they were,
+    API.md) and, for forks and imports, ``history`` (the conversation's earlier
+    turns, carried because the run lives in a conversation of its own).
+    :meth:`from_json` reads what any version stored; keys it does not know are
+    kept in ``extra`` and written back by :meth:`to_json` as they were.
+    """
+
+    name: str = ""
+    model: str = ""
+    instructions: str = ""
+    #: None when the snapshot recorded no limits (use the agent's current ones).
+    limits: Limits | None = None
+    tools: tuple[dict[str, Any], ...] = ()
+    #: None when no turns were carried (read them from the conversation).
+    history: tuple[dict[str, str], ...] | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> AgentSnapshot:
+        if isinstance(data, AgentSnapshot):
+            return data
+        if not isinstance(data, Mapping):
+            return cls()
+        limits = data.get("limits")
+        history = data.get("history")
+        return cls(
+            name=str(data.get("name") or ""),
+            model=str(data.get("model") or ""),
+            instructions=str(data.get("instructions") or ""),
+            limits=Limits.from_json(limits) if isinstance(limits, Mapping) else None,
+            tools=tuple(
+                dict(d)
+                for d in data.get("tools") or ()
+                if isinstance(d, Mapping) and isinstance(d.get("name"), str)
+            ),
+            history=(
+                tuple(
+                    {"role": str(m.get("role")), "content": str(m.get("content"))}
+                    for m in history
+                    if isinstance(m, Mapping)
+                )
+                if isinstance(history, list | tuple)
+                else None
+            ),
+            extra={k: v for k, v in data.items() if k not in _SNAPSHOT_KEYS},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "model": self.model,
+            "instructions": self.instructions,
+        }
+        if self.limits is not None:
+            data["limits"] = self.limits.to_json()
+        data["tools"] = [dict(d) for d in self.tools]
+        if self.history is not None:
+            data["history"] = [dict(m) for m in self.history]
+        return {**dict(self.extra), **data}
+
+    def replace(self, **changes: Any) -> AgentSnapshot:
+        return replace(self, **changes)
+
+    @property
+    def system_prompt(self) -> str:
+        return self.instructions or DEFAULT_INSTRUCTIONS
+
+    def tool(self, name: str) -> dict[str, Any] | None:
+        """The recorded definition of the tool named ``name``, if the run had it
+        (the one lookup of a tool in a snapshot; a later duplicate wins)."""
+        for definition in reversed(self.tools):
+            if definition.get("name") == name:
+                return dict(definition)
+        return None
+
+    def spec(self, name: str) -> ToolSpec | None:
+        definition = self.tool(name)
+        return ToolSpec.from_definition(definition) if definition else None
+
+    def specs(self) -> dict[str, ToolSpec]:
+        """Every recorded tool's spec, by name (a later duplicate wins)."""
+        return {d["name"]: ToolSpec.from_definition(d) for d in self.tools}
 
 
 def utcnow() -> dt.datetime:

@@ -5,14 +5,15 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 
+from approvals.services import can_decide
+from runs.permissions import can_audit
+
 
 def reach(request: HttpRequest) -> dict[str, Any]:
     user = request.user
     return {
         "reach_model": settings.OPENAI_MODEL,
         "reach_local_model": settings.LOCAL_MODEL,
-        "can_approve": bool(
-            user.is_authenticated and user.has_perm("approvals.decide_approval")
-        ),
-        "can_audit": bool(user.is_authenticated and user.has_perm("runs.audit_task")),
+        "can_approve": can_decide(user),
+        "can_audit": can_audit(user),
     }

@@ -1,7 +1,8 @@
 """``/metrics`` in Prometheus text format, computed from the database at scrape.
 
 Counters are totals over the steps kept in the database; latencies are quantiles
-of the last hour's steps (at most ``LATENCY_SAMPLE`` of them).
+of the last hour's steps (at most ``LATENCY_SAMPLE`` of them), nearest-rank like
+the stats page's (``traces.stats.percentile``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from infra.runtime import redis_client
 from runs.models import Step, Task
+from traces.stats import percentile
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +42,13 @@ def _family(name: str, kind: str, help_text: str) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
+def _quantiles(name: str, values: list[float], **labels: object) -> list[str]:
+    """A line per quantile of ``values`` (none without values), labels first."""
+    return [
+        _line(name, round(value, 4), **labels, quantile=q)
+        for q in QUANTILES
+        if (value := percentile(values, q)) is not None
+    ]
 
 
 def _latencies() -> tuple[list[float], dict[str, list[float]]]:
@@ -125,28 +130,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
     lines += _family(
         "reach_model_latency_seconds", "summary", "Model call latency, last hour."
     )
-    for q in QUANTILES if model_latency else ():
-        lines.append(
-            _line(
-                "reach_model_latency_seconds",
-                round(_quantile(model_latency, q), 4),
-                quantile=q,
-            )
-        )
+    lines += _quantiles("reach_model_latency_seconds", model_latency)
     lines.append(_line("reach_model_latency_seconds_count", len(model_latency)))
     lines += _family(
         "reach_tool_latency_seconds", "summary", "Tool call latency, last hour."
     )
     for tool, values in sorted(tool_latency.items()):
-        for q in QUANTILES:
-            lines.append(
-                _line(
-                    "reach_tool_latency_seconds",
-                    round(_quantile(values, q), 4),
-                    tool=tool,
-                    quantile=q,
-                )
-            )
+        lines += _quantiles("reach_tool_latency_seconds", values, tool=tool)
 
     pending = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING)
     oldest = pending.aggregate(oldest=Min("requested_at"))["oldest"]

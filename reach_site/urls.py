@@ -40,7 +40,7 @@ api_patterns = [
     path("approvals/", approvals_api.ApprovalList.as_view()),
     path(
         "approvals/<uuid:approval_id>/decision/",
-        approvals_api.ApprovalDecision.as_view(),
+        approvals_api.ApprovalDecisionView.as_view(),
     ),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -23,12 +23,18 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
+from audit.models import AuditKind
 from audit.services import audit_append
-from engine.validation import InvalidArguments, parse_arguments, validate_arguments
+from engine.planning import InvalidArguments, parse_arguments, validate_arguments
 from registry.adapters.http import http_tool_try, sample_arguments
 from registry.adapters.mcp import MCPUnavailable, mcp_import_tools
 from registry.lint import lint_registry, lint_tool_in_registry
 from registry.models import Agent, MCPServer, Secret, Tool, ToolVersion
+from registry.payloads import (
+    TOOL_IMPLEMENTATION_FIELDS,
+    ToolSection,
+    tool_fields_in,
+)
 from registry.permissions import can_register_tools
 from registry.secrets import secret_set
 from registry.services import tool_clean, tool_confirm, tool_save
@@ -49,6 +55,26 @@ JSON_FIELDS = {
         "widget": forms.Textarea(attrs={"rows": 8, "cols": 80}),
     }
 }
+
+
+#: Kept by the registry, shown read-only.
+TOOL_HISTORY_FIELDS = ("version", "created_at", "updated_at")
+#: Fields only the admin has, by the section they are shown in.
+_ADMIN_ONLY_FIELDS = {
+    ToolSection.IMPLEMENTATION: TOOL_IMPLEMENTATION_FIELDS,
+    ToolSection.POLICY: ("confirmed",),
+}
+#: The tool form: a fieldset per section of the definition, then the history.
+TOOL_FIELDSETS = (
+    *(
+        (
+            section.value,
+            {"fields": tool_fields_in(section) + _ADMIN_ONLY_FIELDS.get(section, ())},
+        )
+        for section in ToolSection
+    ),
+    ("History", {"fields": TOOL_HISTORY_FIELDS}),
+)
 
 
 class ToolForm(forms.ModelForm):
@@ -390,46 +416,9 @@ class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
     )
     list_filter = ("kind", "risk", "approval", "enabled", "untrusted_output")
     search_fields = ("name", "description")
-    readonly_fields = ("version", "created_at", "updated_at")
+    readonly_fields = TOOL_HISTORY_FIELDS
     inlines = [ToolVersionInline]
-    fieldsets = (
-        ("Metadata", {"fields": ("name", "description", "parameters", "tags")}),
-        (
-            "Implementation",
-            {"fields": ("kind", "handler", "http", "mcp_server", "mcp_tool")},
-        ),
-        (
-            "Policy",
-            {
-                "fields": (
-                    "risk",
-                    "approval",
-                    "approval_rule",
-                    "approvals_required",
-                    "approval_ttl_s",
-                    "untrusted_output",
-                    "idempotent",
-                    "preview_template",
-                    "enabled",
-                    "confirmed",
-                )
-            },
-        ),
-        (
-            "Execution",
-            {
-                "fields": (
-                    "timeout_s",
-                    "max_retries",
-                    "max_result_chars",
-                    "result_fields",
-                    "cache_ttl_s",
-                    "rate_limit_per_min",
-                )
-            },
-        ),
-        ("History", {"fields": ("version", "created_at", "updated_at")}),
-    )
+    fieldsets = TOOL_FIELDSETS
 
     @admin.display(description="tags")
     def tag_list(self, obj: Tool) -> str:
@@ -452,7 +441,7 @@ class AgentAdmin(admin.ModelAdmin):
     ) -> None:
         super().save_model(request, obj, form, change)
         audit_append(
-            kind="agent.changed" if change else "agent.created",
+            kind=AuditKind.AGENT_CHANGED if change else AuditKind.AGENT_CREATED,
             actor=request.user,
             object_type="agent",
             object_id=obj.name,

@@ -74,6 +74,8 @@ VAGUE = re.compile(
 )
 MIN_DESCRIPTION_CHARS = 40
 
+#: Risks of tools that change something.
+WRITES = frozenset({Tool.Risk.WRITE, Tool.Risk.IRREVERSIBLE})
 #: A write says what it changes: "Changes: …" or a verb of change.
 CHANGE_WORDS = re.compile(
     r"\bchanges?:|\b(creates?|updates?|deletes?|removes?|sends?|adds?|writes?|"
@@ -225,7 +227,7 @@ def lint_tool(tool: Any) -> list[LintWarning]:
             f"The description is vague (“{vague.group(0)}”): name the exact action "
             "and its object instead.",
         )
-    if risk in ("write", "irreversible") and not CHANGE_WORDS.search(description):
+    if risk in WRITES and not CHANGE_WORDS.search(description):
         warn(
             Rule.CHANGES,
             "This tool writes but its description does not say what it changes: "

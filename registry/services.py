@@ -10,11 +10,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.services import audit_append
-from engine import policy
 from engine.canonical import canonical_json
+from engine.planning import check_definition, check_parameters_schema, check_tool_name
 from engine.safe_eval import EvaluationError, validate_rule
-from engine.spec import ApprovalMode, Handler, Risk, Toolbox, ToolSpec
-from engine.validation import check_parameters_schema, check_tool_name
+from engine.spec import AgentSnapshot, Handler, Toolbox, ToolSpec
 
 # The module, not its names: registry.adapters.mcp imports this module too.
 from registry.adapters import mcp as mcp_adapter
@@ -59,7 +58,7 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
             except EvaluationError as exc:
                 add("approval_rule", str(exc))
     try:
-        policy.check_definition(tool.spec())
+        check_definition(tool.spec())
     except ValueError as exc:
         add("approval", str(exc))
     except (KeyError, TypeError):
@@ -205,50 +204,35 @@ def spec_for(tool: Tool) -> ToolSpec:
     return spec
 
 
-def agent_snapshot(agent: Agent) -> dict[str, Any]:
+def agent_snapshot_of(agent: Agent) -> AgentSnapshot:
     """The agent as a run will use it: instructions, model, limits and tools."""
-    tools = agent.offered_tools()
-    return {
-        "name": agent.name,
-        "model": agent.effective_model,
-        "instructions": agent.instructions,
-        "limits": agent.limits().__dict__,
-        "tools": [
+    return AgentSnapshot(
+        name=agent.name,
+        model=agent.effective_model,
+        instructions=agent.instructions,
+        limits=agent.limits(),
+        tools=tuple(
             tool_definition(t) | {"leaves_house": spec_for(t).leaves_house}
-            for t in tools
-        ],
-    }
-
-
-def spec_from_definition(definition: Mapping[str, Any]) -> ToolSpec:
-    return ToolSpec(
-        name=definition["name"],
-        description=definition.get("description", ""),
-        parameters=definition.get("parameters") or {"type": "object"},
-        kind=definition.get("kind", "python"),
-        risk=Risk(definition.get("risk", "read_only")),
-        approval=ApprovalMode(definition.get("approval", "never")),
-        approval_rule=definition.get("approval_rule"),
-        approvals_required=int(definition.get("approvals_required", 1)),
-        approval_ttl_s=int(definition.get("approval_ttl_s", 3600)),
-        untrusted_output=bool(definition.get("untrusted_output", False)),
-        idempotent=bool(definition.get("idempotent", False)),
-        timeout_s=float(definition.get("timeout_s", 10.0)),
-        max_retries=int(definition.get("max_retries", 0)),
-        max_result_chars=int(definition.get("max_result_chars", 4000)),
-        result_fields=tuple(definition.get("result_fields") or ()),
-        cache_ttl_s=int(definition.get("cache_ttl_s", 0)),
-        rate_limit_per_min=int(definition.get("rate_limit_per_min", 0)),
-        preview_template=definition.get("preview_template") or "",
-        tags=tuple(definition.get("tags") or ()),
-        version=int(definition.get("version", 1)),
-        leaves_house=bool(definition.get("leaves_house", False)),
+            for t in agent.offered_tools()
+        ),
     )
 
 
-def toolbox_for_snapshot(snapshot: Mapping[str, Any]) -> Toolbox:
-    """Specs as the run saw them at its start; handlers only for tools still enabled."""
-    specs = {d["name"]: spec_from_definition(d) for d in snapshot.get("tools", [])}
+def agent_snapshot(agent: Agent) -> dict[str, Any]:
+    """:func:`agent_snapshot_of` as a task records it (``Task.agent_snapshot``)."""
+    return agent_snapshot_of(agent).to_json()
+
+
+#: The spec of a recorded tool definition (one definition: the engine's).
+spec_from_definition = ToolSpec.from_definition
+
+
+def toolbox_for_snapshot(snapshot: AgentSnapshot | Mapping[str, Any]) -> Toolbox:
+    """Specs as the run saw them at its start; handlers only for tools still enabled.
+
+    ``snapshot`` is an :class:`AgentSnapshot` or the JSON a task recorded.
+    """
+    specs = AgentSnapshot.from_json(snapshot).specs()
     live = {
         t.name: t
         for t in Tool.objects.filter(name__in=list(specs), enabled=True).select_related(

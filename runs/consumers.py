@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import urlparse
@@ -12,7 +13,7 @@ from django.conf import settings
 
 from infra.push import task_group, user_group
 from runs.events import changes_since
-from runs.models import Task
+from runs.selectors import visible_tasks
 
 
 def origin_allowed(scope: dict[str, Any]) -> bool:
@@ -73,17 +74,20 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
 class TaskConsumer(ReachConsumer):
     """Sends every change of one task, in ``rev`` order, then the task itself."""
 
-    #: The rev this client has every change up to, and the task rev last sent.
+    #: The rev this client has every change up to, and the task status last sent.
     cursor: int = 0
-    task_rev_sent: int = 0
+    status_sent: str = ""
+    _dirty: bool = False
+    _flusher: asyncio.Future[None] | None = None
 
     async def authorize(self, user: Any) -> bool:
         self.task_id = str(self.scope["url_route"]["kwargs"]["task_id"])
-        rev = await database_sync_to_async(_watchable_rev)(user, self.task_id)
-        if rev is None:
+        head = await database_sync_to_async(_watchable_head)(user, self.task_id)
+        if head is None:
             return False
         # Read before joining the group; what changes in between is sent on connect.
-        self.cursor = self.task_rev_sent = rev
+        self.cursor, self.status_sent = head
+        self._sending = asyncio.Lock()
         return True
 
     def groups_for(self, user: Any) -> list[str]:
@@ -106,32 +110,48 @@ class TaskConsumer(ReachConsumer):
         await self.send_changes(after=after, with_task=True)
 
     async def reach_changed(self, message: dict[str, Any]) -> None:
-        await self.send_changes()
+        """A change committed: send it, coalescing a burst of pokes into one read.
+
+        The read runs beside the consumer's message loop, so pokes that arrive
+        meanwhile only mark the socket dirty; one more read then covers them all.
+        """
+        self._dirty = True
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        while self._dirty:
+            self._dirty = False
+            await self.send_changes()
+
+    async def disconnect(self, code: int) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+        await super().disconnect(code)
 
     async def send_changes(
         self, *, after: int | None = None, with_task: bool = False
     ) -> None:
         """Every step changed after ``after`` (default: the cursor), then the task
-        when it changed (or always, ``with_task``)."""
-        since = self.cursor if after is None else after
-        events, task, cursor = await database_sync_to_async(changes_since)(
-            self.task_id, since
-        )
-        for event in events:
-            await self.send_json(event)
-        if task is not None and (
-            with_task or task["task"]["rev"] != self.task_rev_sent
-        ):
-            await self.send_json(task)
-            self.task_rev_sent = task["task"]["rev"]
-        self.cursor = max(self.cursor, cursor)
+        when the client needs it (or always, ``with_task``); one at a time, so
+        frames leave in ``rev`` order."""
+        async with self._sending:
+            since = self.cursor if after is None else after
+            changes = await database_sync_to_async(changes_since)(
+                self.task_id,
+                since,
+                status_sent=self.status_sent,
+                with_task=with_task,
+            )
+            for event in changes.steps:
+                await self.send_json(event)
+            if changes.task is not None:
+                await self.send_json(changes.task)
+            self.status_sent = changes.status
+            self.cursor = max(self.cursor, changes.cursor)
 
 
-def _watchable_rev(user: Any, task_id: str) -> int | None:
-    """The task's rev if ``user`` may watch it (its owner or an auditor)."""
-    task = Task.objects.filter(pk=task_id).only("owner_id", "rev").first()
-    if task is None:
-        return None
-    if task.owner_id == user.pk or user.has_perm("runs.audit_task"):
-        return int(task.rev)
-    return None
+def _watchable_head(user: Any, task_id: str) -> tuple[int, str] | None:
+    """The task's rev and status if ``user`` may watch it (owner or auditor)."""
+    head = visible_tasks(user).filter(pk=task_id).values_list("rev", "status").first()
+    return None if head is None else (int(head[0]), str(head[1]))

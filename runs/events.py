@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.template.loader import render_to_string
@@ -75,22 +75,43 @@ TASK_EVENT_FIELDS = (
 )
 
 
-def changes_since(
-    task_id: Any, after: int
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None, int]:
-    """Step events with ``rev > after`` in rev order, the task event, and the rev
-    the caller is now up to (the consumer's side).
+class Changes(NamedTuple):
+    """What a watcher of one task has not seen yet (the consumer's side)."""
 
-    The task is read first: every step change that committed before it has a
-    rev no higher than the task's, and later ones get higher revs, so moving the
-    cursor to the task's rev never skips a change.
+    #: Step events with ``rev`` above the watcher's cursor, in rev order.
+    steps: list[dict[str, Any]]
+    #: The task event, when the watcher needs it (else None).
+    task: dict[str, Any] | None
+    #: The rev the watcher has every change up to afterwards.
+    cursor: int
+    #: The task's status as of this read ("" once the task is gone).
+    status: str
+
+
+def changes_since(
+    task_id: Any, after: int, *, status_sent: str = "", with_task: bool = False
+) -> Changes:
+    """Every step changed after ``after``, then the task event, when the task
+    moved on since (its rev passed ``after`` or its status is no longer
+    ``status_sent``) or ``with_task`` asks for it anyway.
+
+    The task's rev is read first: every step change that committed before it has
+    a rev no higher than the task's, and later ones get higher revs, so moving
+    the cursor to the task's rev never skips a change. A poke for a change the
+    watcher already has costs that one small read.
     """
-    task = load_task_event(task_id)
+    head = Task.objects.filter(pk=task_id).values_list("rev", "status").first()
+    if head is None:
+        return Changes([], None, after, "")
+    rev, status = int(head[0]), str(head[1])
+    if rev <= after and not with_task and status == status_sent:
+        return Changes([], None, after, status)
     steps = list(Step.objects.filter(task_id=task_id, rev__gt=after).order_by("rev"))
-    cursor = max([after, *(s.rev for s in steps)])
+    cursor = max([after, rev, *(s.rev for s in steps)])
+    task = load_task_event(task_id)
     if task is not None:
-        cursor = max(cursor, int(task["task"]["rev"]))
-    return [step_event(step) for step in steps], task, cursor
+        status = str(task["task"]["status"])
+    return Changes([step_event(step) for step in steps], task, cursor, status)
 
 
 def load_task_event(task_id: Any) -> dict[str, Any] | None:

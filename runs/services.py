@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +26,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from audit.services import audit_append
@@ -32,7 +34,10 @@ from engine.canonical import dumps
 from engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
 from engine.spec import (
     FINAL_TASK_STATUSES,
+    AgentSnapshot,
+    ErrorClass,
     Limits,
+    StepDetail,
     StepKind,
     StepRecord,
     StepStatus,
@@ -43,7 +48,7 @@ from engine.spec import (
 )
 from infra import runtime
 from infra.logging import current_task_id
-from registry.services import agent_snapshot, toolbox_for_snapshot
+from registry.services import agent_snapshot_of, toolbox_for_snapshot
 from runs import events as notify
 from runs import ports
 
@@ -119,9 +124,9 @@ def task_start(
                 "This conversation holds an imported trace; it is read-only."
             )
         now = timezone.now()
-        snapshot = agent_snapshot(conversation.agent)
+        snapshot = agent_snapshot_of(conversation.agent)
         if model:
-            snapshot["model"] = model
+            snapshot = snapshot.replace(model=model)
         taint = _history_taint(conversation)
         if parent is not None:
             for source in parent.tainted_by or []:
@@ -131,9 +136,9 @@ def task_start(
             conversation=conversation,
             agent=conversation.agent,
             owner=conversation.owner,
-            model=snapshot["model"],
+            model=snapshot.model,
             goal=content,
-            agent_snapshot=snapshot,
+            agent_snapshot=snapshot.to_json(),
             tainted_by=taint,
             parent=parent,
             parent_seq=parent_seq,
@@ -367,10 +372,137 @@ class _Heartbeat:
 _heartbeat = _Heartbeat()
 
 
+# -- writing steps -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Who drives a run, under which epoch: the fence on every write of that run."""
+
+    owner: str
+    epoch: int
+
+
+def steps_insert(
+    *, task: Task, records: Sequence[StepRecord], lease: Lease | None = None
+) -> list[Step]:
+    """Write new steps of ``task``: the one way a step is first written.
+
+    One UPDATE bumps the task's rev (one per step: the steps take those revs in
+    order), its token counters and its step count, then one INSERT writes the
+    steps, redacted and clipped (:func:`_stored`). A step that waits for approval
+    opens its request; the task's watchers are told after commit.
+
+    Runs inside the caller's transaction. With a ``lease`` the bump is fenced by
+    it (:class:`LeaseLost` when another worker took the run over); without one
+    the caller holds the task row's lock. ``task.rev`` is kept up to date.
+    """
+    _require_transaction("steps_insert")
+    if not records:
+        return []
+    usage = [0, 0, 0]
+    for record in records:
+        if record.kind is StepKind.MODEL_CALL and record.usage:
+            usage[0] += record.usage.get("prompt_tokens", 0)
+            usage[1] += record.usage.get("completion_tokens", 0)
+            usage[2] += record.usage.get("total_tokens", 0)
+    now = timezone.now()
+    last = _bump(
+        task.pk, lease, now, count=len(records), usage=usage, steps=len(records)
+    )
+    task.rev, task.updated_at = last, now
+    first = last - len(records) + 1
+    rows = []
+    for offset, record in enumerate(records):
+        row = Step(task_id=task.pk, seq=record.seq, rev=first + offset)
+        row.apply(_stored(record))
+        rows.append(row)
+    Step.objects.bulk_create(rows)
+    if any(row.pk is None for row in rows):
+        # A backend that cannot return ids from a bulk insert.
+        rows = list(Step.objects.filter(task_id=task.pk, seq__in=[r.seq for r in rows]))
+    rows.sort(key=lambda r: r.seq)
+    for row in rows:
+        if row.status == StepStatus.WAITING_APPROVAL:
+            ports.approvals().open(task=task, step=row)
+    notify.task_changed_on_commit(task.pk)
+    return rows
+
+
+def step_transition(
+    *, task: Task, step: Step, lease: Lease | None = None, **changes: Any
+) -> Step:
+    """Change a written step: the one way a step changes.
+
+    Applies ``changes`` to ``step``, bumps the task's rev, saves the step with
+    that rev and tells the task's watchers after commit. Used by the journal,
+    by approval decisions, expiry and cancellation alike.
+
+    Runs inside the caller's transaction. With a ``lease`` the bump is fenced by
+    it (:class:`LeaseLost` when another worker took the run over); without one
+    the caller holds the task row's lock. ``task.rev`` is kept up to date, so a
+    caller that saves the task afterwards does not write an old rev back.
+
+    The journal calls this twice per tool call, so it is raw SQL: the bump, the
+    rev read back and the step's UPDATE, the statements the ORM would send
+    without its cost per query (ten times the query's own).
+    """
+    _require_transaction("step_transition")
+    for name, value in changes.items():
+        setattr(step, name, value)
+    now = timezone.now()
+    task.rev = step.rev = _bump(task.pk, lease, now)
+    task.updated_at = now
+    with connection.cursor() as cursor:
+        sql, params = _step_update_sql(step)
+        cursor.execute(sql, params)
+    notify.task_changed_on_commit(task.pk)
+    return step
+
+
+def _require_transaction(name: str) -> None:
+    if not connection.in_atomic_block:
+        raise TransactionManagementError(
+            f"{name} writes inside the caller's transaction (with the task locked)."
+        )
+
+
+def _bump(
+    pk: Any,
+    lease: Lease | None,
+    now: Any,
+    *,
+    count: int = 1,
+    usage: Sequence[int] = (0, 0, 0),
+    steps: int = 0,
+) -> int:
+    """Bump the task's rev by ``count`` (and its token and step counters) and set
+    its ``updated_at`` to ``now``; return the new rev.
+
+    With a lease the UPDATE is the fence: it matches only under the same owner
+    and epoch while the run is running. Either way it locks the row (PostgreSQL)
+    inside the transaction that SQLite's IMMEDIATE mode already holds, so the rev
+    read back is ours.
+    """
+    param = _task_pk_param(pk)
+    updated_at = Task._meta.get_field("updated_at").get_db_prep_save(now, connection)
+    params = [count, *usage, steps, updated_at, param]
+    if lease is not None:
+        params += [lease.owner, lease.epoch, TaskStatus.RUNNING.value]
+    with connection.cursor() as cursor:
+        cursor.execute(_bump_sql(lease is not None), params)
+        if cursor.rowcount != 1:
+            if lease is not None:
+                raise LeaseLost(str(pk))
+            raise Task.DoesNotExist(str(pk))
+        cursor.execute(_rev_sql(), [param])
+        return int(cursor.fetchone()[0])
+
+
 # -- the journal -------------------------------------------------------------------
 
 
-#: The task's columns a snapshot (and _history) reads.
+#: The task's columns a snapshot (and run_history) reads.
 _SNAPSHOT_FIELDS = (
     "id",
     "conversation_id",
@@ -392,13 +524,16 @@ class DjangoJournal:
     def __init__(self, task: Task, *, owner: str, epoch: int) -> None:
         self.task_id = str(task.pk)
         self._task_pk = task.pk
+        # What the step writes carry: the task (its rev kept current) and the fence.
+        self._task = task
+        self._lease = Lease(owner, epoch)
         self.owner = owner
         self.epoch = epoch
         self._claimed_at = time.monotonic()
         self._active_before = task.active_seconds
         # Step ids by seq, so an update needs no lookup (filled as steps are seen).
         self._step_pks: dict[int, int] = {}
-        # What task events show besides the task's own columns, loaded once.
+        # What task events and approval requests show, loaded once.
         self._agent = task.agent
         self._owner = task.owner
 
@@ -409,14 +544,14 @@ class DjangoJournal:
         rows = list(task.steps.order_by("seq"))
         self._step_pks.update((row.seq, row.pk) for row in rows)
         steps = [row.record() for row in rows]
-        snapshot = task.agent_snapshot or {}
+        snapshot = AgentSnapshot.from_json(task.agent_snapshot)
         return RunSnapshot(
             goal=task.goal,
-            system=_system_prompt(snapshot),
+            system=snapshot.system_prompt,
             model=task.model,
             steps=steps,
             usage=Usage(task.prompt_tokens, task.completion_tokens, task.total_tokens),
-            history=_history(task),
+            history=run_history(task, snapshot=snapshot),
             inherited_taint=list(task.tainted_by or []),
             active_seconds=task.active_seconds,
         )
@@ -458,59 +593,20 @@ class DjangoJournal:
 
     def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
         """One fenced UPDATE of the task's counters, one INSERT of the steps."""
-        usage = [0, 0, 0]
-        for record in steps:
-            if record.kind is StepKind.MODEL_CALL and record.usage:
-                usage[0] += record.usage.get("prompt_tokens", 0)
-                usage[1] += record.usage.get("completion_tokens", 0)
-                usage[2] += record.usage.get("total_tokens", 0)
         with _write_transaction():
-            last = self._fenced_bump(len(steps), usage=usage, steps=len(steps))
-            first = last - len(steps) + 1
-            rows = []
-            for offset, record in enumerate(steps):
-                row = Step(task_id=self._task_pk, seq=record.seq, rev=first + offset)
-                row.apply(_stored(record))
-                rows.append(row)
-            Step.objects.bulk_create(rows)
-            if any(row.pk is None for row in rows):
-                # A backend that cannot return ids from a bulk insert.
-                rows = list(
-                    Step.objects.filter(
-                        task_id=self._task_pk, seq__in=[r.seq for r in rows]
-                    )
-                )
+            rows = steps_insert(task=self._task, records=steps, lease=self._lease)
             self._step_pks.update((row.seq, row.pk) for row in rows)
-            waiting = [r for r in rows if r.status == StepStatus.WAITING_APPROVAL]
-            if waiting:
-                task = Task.objects.select_related("agent", "owner").get(
-                    pk=self._task_pk
-                )
-                for row in waiting:
-                    ports.approvals().open(task=task, step=row)
-            notify.task_changed_on_commit(self._task_pk)
-        return [row.record() for row in sorted(rows, key=lambda r: r.seq)]
+        return [row.record() for row in rows]
 
     def update(self, step: StepRecord) -> StepRecord:
-        """One fenced UPDATE of the task (its rev), one UPDATE of the step.
-
-        This runs twice per tool call, so it is raw SQL: the same statements the
-        ORM would send, without its cost per query (ten times the query's own).
-        """
+        """One fenced UPDATE of the task (its rev), one UPDATE of the step."""
         with _write_transaction():
-            rev = self._fenced_bump()
-            stored = _stored(step)
-            row = Step(task_id=self._task_pk, seq=step.seq, rev=rev)
-            row.apply(stored)
-            pk = self._step_pks.get(step.seq)
-            if pk is None:
-                pk = Step.objects.only("pk").get(task_id=self._task_pk, seq=step.seq).pk
-                self._step_pks[step.seq] = pk
-            row.pk = pk
-            with connection.cursor() as cursor:
-                sql, params = _step_update_sql(row)
-                cursor.execute(sql, params)
-            if step.detail.get("untrusted") and step.status in (
+            row = Step(task_id=self._task_pk, seq=step.seq, rev=self._task.rev)
+            row.apply(_stored(step))
+            row.pk = self._step_pk(step.seq)
+            step_transition(task=self._task, step=row, lease=self._lease)
+            detail = StepDetail(step.detail)
+            if detail.untrusted and step.status in (
                 StepStatus.SUCCEEDED,
                 StepStatus.CACHED,
             ):
@@ -519,41 +615,14 @@ class DjangoJournal:
                 if label not in (task.tainted_by or []):
                     task.tainted_by = [*(task.tainted_by or []), label]
                     task.save(update_fields=["tainted_by"])
-            notify.task_changed_on_commit(self._task_pk)
         return row.record()
 
-    def _fenced_bump(
-        self, count: int = 1, *, usage: Sequence[int] = (0, 0, 0), steps: int = 0
-    ) -> int:
-        """Bump the task's rev by ``count`` (and its token and step counters) if
-        this worker still holds the lease; return the new rev.
-
-        The UPDATE is the fence: it matches only under the same owner and epoch,
-        and it locks the row (PostgreSQL) inside the transaction that SQLite's
-        IMMEDIATE mode already holds, so the rev read back is ours.
-        """
-        pk = _task_pk_param(self._task_pk)
-        now = Task._meta.get_field("updated_at").get_db_prep_save(
-            timezone.now(), connection
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _bump_sql(),
-                [
-                    count,
-                    *usage,
-                    steps,
-                    now,
-                    pk,
-                    self.owner,
-                    self.epoch,
-                    TaskStatus.RUNNING.value,
-                ],
-            )
-            if cursor.rowcount != 1:
-                raise LeaseLost(self.task_id)
-            cursor.execute(_rev_sql(), [pk])
-            return int(cursor.fetchone()[0])
+    def _step_pk(self, seq: int) -> int:
+        pk = self._step_pks.get(seq)
+        if pk is None:
+            pk = Step.objects.only("pk").get(task_id=self._task_pk, seq=seq).pk
+            self._step_pks[seq] = pk
+        return pk
 
     def park(self) -> bool:
         with _write_transaction():
@@ -603,15 +672,16 @@ class DjangoJournal:
                 StepStatus.APPROVED,
             ]
         )
-        # The caller (finish) saves the task and tells its watchers.
+        # The caller (finish) saves the task; each step keeps the rev it takes.
         for row in open_steps:
-            task.rev += 1
-            row.status = StepStatus.SKIPPED
-            row.error = row.error or "Cancelled before it ran."
-            row.error_class = row.error_class or "cancelled"
-            row.finished_at = row.finished_at or timezone.now()
-            row.rev = task.rev
-            row.save()
+            step_transition(
+                task=task,
+                step=row,
+                status=StepStatus.SKIPPED,
+                error=row.error or "Cancelled before it ran.",
+                error_class=row.error_class or ErrorClass.CANCELLED,
+                finished_at=row.finished_at or timezone.now(),
+            )
 
     def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
         """A write's outcome is unknown and it is not safe to retry: ask a human.
@@ -619,7 +689,7 @@ class DjangoJournal:
         Either the worker stopped while it ran (a crash), or it timed out and its
         handler was abandoned, so it may still be finishing.
         """
-        timed_out = step.error_class == "timeout"
+        timed_out = step.error_class == ErrorClass.TIMEOUT
         with _write_transaction():
             task = self._locked_task()
             row = Step.objects.select_for_update().get(task=task, seq=step.seq)
@@ -628,21 +698,21 @@ class DjangoJournal:
                 pk = row.pk
                 row.apply(_stored(step))
                 row.pk = pk
-            task.rev += 1
-            row.status = StepStatus.WAITING_APPROVAL
-            row.error = (
-                f"{step.error} Whether it happened is unknown. An operator must "
-                "check before it is retried."
-                if timed_out
-                else "The worker stopped while this call was running; whether it "
-                "happened is unknown. An operator must check before it is retried."
+            step_transition(
+                task=task,
+                step=row,
+                status=StepStatus.WAITING_APPROVAL,
+                error=(
+                    f"{step.error} Whether it happened is unknown. An operator must "
+                    "check before it is retried."
+                    if timed_out
+                    else "The worker stopped while this call was running; whether "
+                    "it happened is unknown. An operator must check before it is "
+                    "retried."
+                ),
+                error_class=ErrorClass.OUTCOME_UNKNOWN,
             )
-            row.error_class = "outcome_unknown"
-            row.rev = task.rev
-            row.save()
-            task.save(update_fields=["rev"])
             ports.approvals().open(task=task, step=row, recovery=True)
-            notify.task_changed_on_commit(task.pk)
         return row.record()
 
 
@@ -667,7 +737,7 @@ def _control_sql() -> str:
 
 
 @functools.cache
-def _bump_sql() -> str:
+def _bump_sql(fenced: bool) -> str:
     counters = ", ".join(
         f"{_q(name)} = {_q(name)} + %s"
         for name in (
@@ -678,10 +748,15 @@ def _bump_sql() -> str:
             "step_count",
         )
     )
+    fence = (
+        f" AND {_q('lease_owner')} = %s AND {_q('lease_epoch')} = %s "
+        f"AND {_q('status')} = %s"
+        if fenced
+        else ""
+    )
     return (
         f"UPDATE {_q(Task._meta.db_table)} SET {counters}, "  # noqa: S608
-        f"{_q('updated_at')} = %s WHERE {_q('id')} = %s AND {_q('lease_owner')} = %s "
-        f"AND {_q('lease_epoch')} = %s AND {_q('status')} = %s"
+        f"{_q('updated_at')} = %s WHERE {_q('id')} = %s{fence}"
     )
 
 
@@ -730,9 +805,12 @@ def _stored(record: StepRecord) -> StepRecord:
 
 
 def _clip(record: StepRecord) -> StepRecord:
-    """Bound what is stored of a result (the model already saw a shaped one)."""
+    """Bound what is stored of a result (the model already saw a shaped one).
+
+    A result clipped before (a copy of a stored step) stays as it is.
+    """
     limit = settings.REACH_MAX_STORED_RESULT_CHARS
-    if record.result is not None:
+    if record.result is not None and not _clipped(record.result):
         text = dumps(record.result)
         if len(text) > limit:
             return record.copy(
@@ -745,20 +823,25 @@ def _clip(record: StepRecord) -> StepRecord:
     return record
 
 
-def _system_prompt(snapshot: dict[str, Any]) -> str:
-    return str(snapshot.get("instructions") or "You are a helpful assistant.")
+def _clipped(result: Any) -> bool:
+    return (
+        isinstance(result, dict)
+        and result.keys() == {"truncated", "partial_result", "total_chars"}
+        and result["truncated"] is True
+    )
 
 
-def _history(task: Task, limit: int = 20) -> list[dict[str, str]]:
-    """Earlier turns of the conversation: user messages and final replies."""
-    carried = (task.agent_snapshot or {}).get("history")
-    if isinstance(carried, list):
+def run_history(
+    task: Task, *, snapshot: AgentSnapshot | None = None, limit: int = 20
+) -> list[dict[str, str]]:
+    """Earlier turns of the run's conversation: user messages and final replies.
+
+    ``snapshot`` is the task's :class:`AgentSnapshot` when the caller has it.
+    """
+    snapshot = snapshot or AgentSnapshot.from_json(task.agent_snapshot)
+    if snapshot.history is not None:
         # A fork carries its parent's context (it lives in a new conversation).
-        return [
-            {"role": str(m.get("role")), "content": str(m.get("content"))}
-            for m in carried
-            if isinstance(m, dict)
-        ][-limit:]
+        return [dict(turn) for turn in snapshot.history][-limit:]
     messages = list(
         Message.objects.filter(
             conversation_id=task.conversation_id, created_at__lt=task.created_at
@@ -808,17 +891,24 @@ def task_advance(*, task_id: Any) -> str:
 
 
 def build_engine(task: Task) -> Engine:
-    snapshot = task.agent_snapshot or {}
-    limits_data = snapshot.get("limits")
-    limits = Limits(**limits_data) if limits_data else task.agent.limits()
+    snapshot = AgentSnapshot.from_json(task.agent_snapshot)
     return Engine(
         model_client=runtime.model_client(),
         toolbox=toolbox_for_snapshot(snapshot),
         executor=runtime.executor(),
-        limits=limits,
+        limits=run_limits(task, snapshot=snapshot),
         redactor=runtime.redactor(),
         model_pool=runtime.model_pool(),
     )
+
+
+def run_limits(task: Task, *, snapshot: AgentSnapshot | None = None) -> Limits:
+    """The limits the run had (its agent snapshot), else its agent's current ones."""
+    snapshot = snapshot or AgentSnapshot.from_json(task.agent_snapshot)
+    if snapshot.limits is not None:
+        return snapshot.limits
+    limits: Limits = task.agent.limits()
+    return limits
 
 
 # -- reaping -----------------------------------------------------------------------
@@ -861,10 +951,15 @@ def outcome_is_final(task: Task) -> bool:
 __all__ = [
     "ConversationBusy",
     "DjangoJournal",
+    "Lease",
     "Outcome",
     "TaskFinal",
     "conversation_create",
     "enqueue_advance",
+    "run_history",
+    "run_limits",
+    "step_transition",
+    "steps_insert",
     "task_advance",
     "task_cancel",
     "task_claim",

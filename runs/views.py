@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from registry.models import Agent
+from runs import selectors
 from runs import services as runs
 from runs.models import Conversation, Message, Step, Task
 
@@ -54,20 +55,14 @@ def conversation_turns(conversation: Conversation) -> list[Turn]:
 @login_required
 def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
     conversations = list(
-        Conversation.objects.filter(owner=request.user)
-        .select_related("agent")
-        .order_by("-updated_at")[:100]
+        selectors.own_conversations(request.user).order_by("-updated_at")[:100]
     )
     conversation = None
     if conversation_id is not None:
-        conversation = (
-            Conversation.objects.select_related("agent")
-            .filter(pk=conversation_id, owner=request.user)
-            .first()
-        )
+        conversation = selectors.own_conversation(request.user, conversation_id)
         if conversation is None:
             raise Http404("No such conversation.")
-    agent = conversation.agent if conversation else _default_agent()
+    agent = conversation.agent if conversation else selectors.default_agent()
     turns = conversation_turns(conversation) if conversation else []
     active = next(
         (t.task for t in reversed(turns) if t.task and not t.task.is_final), None
@@ -86,15 +81,13 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
     )
 
 
-def _default_agent() -> Agent | None:
-    return Agent.objects.filter(is_default=True).first() or Agent.objects.first()
-
-
 @login_required
 @require_POST
 def conversation_new(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("agent", "")
-    agent = Agent.objects.filter(name=name).first() if name else _default_agent()
+    agent = (
+        Agent.objects.filter(name=name).first() if name else selectors.default_agent()
+    )
     if agent is None:
         raise Http404("No agent is configured.")
     conversation = runs.conversation_create(owner=request.user, agent=agent)

@@ -1,21 +1,24 @@
-"""The fixed cast and the servers the tests need.
+"""The fixed cast and the servers the tests need (fixtures only: the helpers are
+in ``tests.support``).
 
 alice (chat user who owns things), bob (another chat user), operator (approver and
 auditor) and admin; the bundled Redis on a free port for the whole session; the
-scripted OpenAI-compatible model server on loopback.
+scripted OpenAI-compatible model server on loopback; the stack of real processes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tests.support.cast import PASSWORD
 from tests.support.redis_server import BundledRedis
-
-PASSWORD = "test-password-1234"
+from tests.support.stack import Stack
 
 #: The ``browser`` fixture (Debian's Chromium through Playwright).
 pytest_plugins = ["tests.support.browser"]
@@ -41,18 +44,15 @@ def bundled_redis() -> Iterator[BundledRedis]:
     from reach_site.celery import app
 
     app.conf.broker_url = server.url
-    _reset_redis_users()
-    yield server
-    server.stop()
-
-
-def _reset_redis_users() -> None:
+    # Clients made before the settings changed point at no server: drop them.
     from channels.layers import channel_layers
 
     from infra import runtime
 
     runtime.redis_client.cache_clear()
     channel_layers.backends.clear()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -98,40 +98,28 @@ def demo(django_db_blocker: Any) -> SimpleNamespace:
     )
 
 
-@pytest.fixture
-def alice(demo: SimpleNamespace) -> Any:
-    return demo.alice
+def _cast_member(fixture: str, seeded: str) -> Any:
+    """The fixture ``fixture``: the seeded user ``demo.<seeded>``."""
+
+    @pytest.fixture(name=fixture)
+    def member(demo: SimpleNamespace) -> Any:
+        return getattr(demo, seeded)
+
+    return member
+
+
+alice = _cast_member("alice", "alice")
+bob = _cast_member("bob", "bob")
+operator = _cast_member("operator", "operator")
+admin_user = _cast_member("admin_user", "admin")
 
 
 @pytest.fixture
-def bob(demo: SimpleNamespace) -> Any:
-    return demo.bob
-
-
-@pytest.fixture
-def operator(demo: SimpleNamespace) -> Any:
-    return demo.operator
-
-
-@pytest.fixture
-def admin_user(demo: SimpleNamespace) -> Any:
-    return demo.admin
-
-
-@pytest.fixture
-def api_client_for() -> Any:
+def api_client_for() -> Callable[[Any], Any]:
     """``api_client_for(user)`` -> an APIClient holding a real bearer token."""
-    from rest_framework.test import APIClient
+    from tests.support.clients import bearer_client
 
-    from runs.api.auth import token_issue
-
-    def make(user: Any) -> APIClient:
-        _, key = token_issue(user=user, name="test")
-        client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-        return client
-
-    return make
+    return bearer_client
 
 
 @pytest.fixture
@@ -164,3 +152,33 @@ def use_model(settings: Any) -> Any:
         return server
 
     return point
+
+
+@pytest.fixture
+def stack(
+    transactional_db: Any, bundled_redis: BundledRedis, tmp_path: Path, settings: Any
+) -> Iterator[Stack]:
+    """Environment for subprocesses sharing this test's database and Redis."""
+    from django.db import connection
+
+    db_name = connection.settings_dict["NAME"]
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{db_name}",
+        "REDIS_URL": bundled_redis.url,
+        "REACH_VAR_DIR": str(tmp_path),
+        "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_MODEL": "scripted-model",
+        "REACH_LOG_LEVEL": "INFO",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("OPENAI_BASE_URL", None)
+    stack = Stack(env=env, redis=bundled_redis)
+    try:
+        yield stack
+    finally:
+        stack.stop()
+        from infra.runtime import redis_client
+
+        redis_client().flushdb()

@@ -16,8 +16,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.models import AuditKind
 from audit.services import audit_append, audit_json_lines
-from runs.api.views import visible_task
+from runs.api.common import error_response, visible_task_or_404
 from runs.permissions import can_audit
 from traces.export import trace_document
 from traces.fork import ForkError, task_fork
@@ -30,10 +31,10 @@ class TaskTrace(APIView):
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
+        task = visible_task_or_404(request, task_id)
         document = trace_document(task)
         audit_append(
-            kind="trace.exported",
+            kind=AuditKind.TRACE_EXPORTED,
             actor=request.user,
             task_id=task.pk,
             object_type="task",
@@ -50,7 +51,7 @@ class TaskRerun(APIView):
         responses={200: OpenApiTypes.OBJECT, 409: OpenApiTypes.OBJECT},
     )
     def post(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
+        task = visible_task_or_404(request, task_id)
         try:
             result = task_rerun(task=task)
         except TaskNotFinal:
@@ -73,7 +74,7 @@ class TaskFork(APIView):
         responses={202: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
     )
     def post(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
+        task = visible_task_or_404(request, task_id)
         data = request.data if isinstance(request.data, dict) else None
         if data is None:
             raise ParseError('Send {"from_seq": N, "arguments": {...}, "model": …}.')
@@ -86,9 +87,9 @@ class TaskFork(APIView):
                 model=data.get("model"),
             )
         except ForkError as exc:
-            return Response({"error": str(exc), "detail": str(exc)}, status=exc.status)
+            return error_response(str(exc), exc.status)
         except ValueError as exc:  # e.g. the goal no longer fits the message limit
-            return Response({"error": str(exc), "detail": str(exc)}, status=400)
+            return error_response(str(exc), status.HTTP_400_BAD_REQUEST)
         return Response({"task": str(fork.pk)}, status=status.HTTP_202_ACCEPTED)
 
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 from approvals.payloads import approval_payload
 from audit.models import AuditEvent
 from audit.services import audit_event_payload
+from engine.spec import AgentSnapshot, StepDetail
 from infra.runtime import redactor
 from runs.models import Task
 from runs.payloads import conversation_payload, step_payload, task_payload
@@ -25,7 +26,7 @@ def own_taint_labels(task: Task) -> set[str]:
     return {
         f"{tool}#{seq}"
         for tool, seq, detail in task.steps.values_list("tool", "seq", "detail")
-        if (detail or {}).get("untrusted")
+        if StepDetail(detail).untrusted
     }
 
 
@@ -64,7 +65,7 @@ def inherited_taint(task: Task) -> list[str]:
 
 def trace_document(task: Task) -> dict[str, Any]:
     """The whole trace of ``task`` as one redacted JSON document (API.md)."""
-    snapshot = task.agent_snapshot or {}
+    snapshot = AgentSnapshot.from_json(task.agent_snapshot)
     if task.is_imported:
         # Approvals of an imported trace live on as records in its origin.
         approvals = list((task.origin or {}).get("approvals") or [])
@@ -83,13 +84,13 @@ def trace_document(task: Task) -> dict[str, Any]:
         "task": task_data,
         "conversation": conversation_payload(task.conversation, messages=True),
         "agent": {
-            "name": snapshot.get("name", task.agent.name),
+            "name": snapshot.name or task.agent.name,
             "model": task.model,
-            "instructions": snapshot.get("instructions", ""),
-            "limits": snapshot.get("limits", {}),
+            "instructions": snapshot.instructions,
+            "limits": snapshot.limits.to_json() if snapshot.limits else {},
             "tools": [
                 {**definition, "version": max(1, int(definition.get("version", 1)))}
-                for definition in snapshot.get("tools", [])
+                for definition in snapshot.tools
             ],
         },
         "steps": [step_payload(s) for s in task.steps.order_by("seq")],

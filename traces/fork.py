@@ -3,9 +3,12 @@
 Steps before N are copied (not re-executed) into a new task in a new
 conversation owned by whoever forks. When N is a tool call, that call — with
 edited arguments if given — and the later calls of the same model turn are
-planned again under the full current policy (validation, approval, taint; the
-parent's taint carries over). When N is a model call, the model is asked again
-(possibly another model). The new task then runs through the normal runner.
+planned again the way a live run plans a turn (:class:`engine.planning.Planner`):
+validation, policy, approval and taint (the parent's taint carries over), the
+call cap, repeated-call detection and the circuit breaker. When N is a model
+call, the model is asked again (possibly another model). The steps are written
+through the journal's insert path (:func:`runs.services.steps_insert`), and the
+new task then runs through the normal runner.
 """
 
 from __future__ import annotations
@@ -15,17 +18,22 @@ from typing import Any
 
 from django.db import transaction
 
-from approvals.services import approval_create
 from audit.services import audit_append
-from engine.loop import Engine
-from engine.model_client import ModelReply
-from engine.spec import FINAL_STEP_STATUSES, StepKind, StepRecord, StepStatus, ToolCall
-from infra.runtime import executor, redactor
-from registry.services import toolbox_for_snapshot
+from engine.planning import Planner
+from engine.spec import (
+    FINAL_STEP_STATUSES,
+    AgentSnapshot,
+    DetailKey,
+    ErrorClass,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    ToolCall,
+)
+from infra.runtime import redactor
 from runs import events as notify
 from runs import services as runs
 from runs.models import Step, Task
-from traces.replay import run_limits
 
 
 class ForkError(Exception):
@@ -34,13 +42,6 @@ class ForkError(Exception):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
-
-
-class _NoModel:
-    """Planning a fork never calls a model."""
-
-    def complete(self, **_: Any) -> ModelReply:
-        raise AssertionError("a fork plans without calling the model")
 
 
 def _check(
@@ -80,13 +81,13 @@ def _copied(step: Step, parent: Task) -> StepRecord:
     record = step.record()
     record.detail = {
         **record.detail,
-        "copied_from": {"task": str(parent.pk), "seq": step.seq},
+        DetailKey.COPIED_FROM: {"task": str(parent.pk), "seq": step.seq},
     }
     if record.kind is StepKind.TOOL_CALL and record.status not in FINAL_STEP_STATUSES:
         # It never finished in the parent; the fork does not pick it up blind.
         record.status = StepStatus.SKIPPED
         record.error = record.error or "It did not finish in the parent run."
-        record.error_class = record.error_class or "not_finished"
+        record.error_class = record.error_class or ErrorClass.NOT_FINISHED
     return record
 
 
@@ -116,10 +117,12 @@ def task_fork(
             model=model_name,
         )
         fork = Task.objects.select_for_update().get(pk=fork.pk)
-        snapshot = dict(fork.agent_snapshot or {})
         # The new conversation has no earlier turns; carry the parent's.
-        snapshot["history"] = runs._history(task)
-        fork.agent_snapshot = snapshot
+        snapshot = AgentSnapshot.from_json(fork.agent_snapshot).replace(
+            history=tuple(runs.run_history(task))
+        )
+        fork.agent_snapshot = snapshot.to_json()
+        fork.save(update_fields=["agent_snapshot"])
 
         records = [_copied(s, task) for s in steps if s.seq < from_seq]
         if target.kind == Step.Kind.TOOL_CALL:
@@ -130,41 +133,15 @@ def task_fork(
                 target=target,
                 arguments=arguments,
                 copied=records,
-                planner=Engine(
-                    model_client=_NoModel(),
-                    toolbox=toolbox_for_snapshot(snapshot),
-                    executor=executor(),
-                    limits=run_limits(fork),
+                planner=Planner(
+                    specs=snapshot.specs(),
+                    limits=runs.run_limits(fork, snapshot=snapshot),
                     redactor=redactor(),
                 ),
             )
-
-        rows = []
-        for record in records:
-            fork.rev += 1
-            row = Step(task=fork, seq=record.seq, rev=fork.rev)
-            row.apply(record)
-            rows.append(row)
-            if record.kind is StepKind.MODEL_CALL and record.usage:
-                fork.prompt_tokens += record.usage.get("prompt_tokens", 0)
-                fork.completion_tokens += record.usage.get("completion_tokens", 0)
-                fork.total_tokens += record.usage.get("total_tokens", 0)
-        Step.objects.bulk_create(rows)
-        fork.step_count = len(rows)
-        fork.save(
-            update_fields=[
-                "agent_snapshot",
-                "rev",
-                "step_count",
-                "prompt_tokens",
-                "completion_tokens",
-                "total_tokens",
-            ]
-        )
-        saved = list(fork.steps.order_by("seq"))
-        for row in saved:
-            if row.status == StepStatus.WAITING_APPROVAL:
-                approval_create(task=fork, step=row)
+        # Copies and re-planned calls alike go in the way a run writes its steps
+        # (counters bumped, parked calls' requests opened).
+        runs.steps_insert(task=fork, records=records)
         audit_append(
             kind="task.forked",
             actor=user,
@@ -179,6 +156,7 @@ def task_fork(
             },
         )
         notify.task_changed_on_commit(fork.pk)
+    fork.refresh_from_db()
     return fork
 
 
@@ -190,15 +168,16 @@ def _replanned(
     target: Step,
     arguments: dict[str, Any] | None,
     copied: list[StepRecord],
-    planner: Engine,
+    planner: Planner,
 ) -> list[StepRecord]:
-    """The call at N and its later siblings of one turn, planned anew."""
-    taint = list(fork.tainted_by or [])
-    for record in copied:
-        if record.kind is StepKind.TOOL_CALL and record.detail.get("untrusted"):
-            label = f"{record.tool}#{record.seq}"
-            if label not in taint:
-                taint.append(label)
+    """The call at N and its later siblings of one turn, planned anew.
+
+    Planned as a live run plans a turn, over the copied steps: the copied
+    model_call step's stop flag is the new plan's.
+    """
+    turn = next((r for r in copied if r.seq == target.parent_seq), None)
+    if turn is None or turn.kind is not StepKind.MODEL_CALL:
+        raise ForkError(f"Step {target.seq} belongs to no model call of this task.")
     siblings = [
         s
         for s in steps
@@ -206,36 +185,43 @@ def _replanned(
         and s.parent_seq == target.parent_seq
         and s.seq >= target.seq
     ]
-    planned: list[StepRecord] = []
-    for original in siblings:
-        edited = original.pk == target.pk and arguments is not None
-        raw = (
-            json.dumps(arguments, ensure_ascii=False)
-            if edited
-            else (original.raw_arguments or "")
-        )
-        call = ToolCall(
+    calls = [
+        ToolCall(
             call_id=original.call_id or f"call_{original.call_index or 0}",
             name=original.tool or "",
-            raw_arguments=raw,
+            raw_arguments=(
+                json.dumps(arguments, ensure_ascii=False)
+                if _edited(original, target, arguments)
+                else (original.raw_arguments or "")
+            ),
             index=original.call_index or 0,
         )
-        # The engine's own planning: validation, policy, approval and taint.
-        record = planner._plan_call(call, copied + planned, taint)
-        record.seq = original.seq
-        record.parent_seq = original.parent_seq
-        record.idempotency_key = f"{fork.pk}:{original.parent_seq}:{call.index}"
-        if edited:
-            if record.status is StepStatus.FAILED and record.error_class in (
-                "invalid_json",
-                "invalid_arguments",
-            ):
-                raise ForkError(record.error or "The edited arguments are invalid.")
-            record.proposed_arguments = original.arguments
-            record.detail["fork"] = {
-                "edited": True,
-                "parent": str(parent.pk),
-                "original_arguments": original.arguments,
-            }
-        planned.append(record)
-    return planned
+        for original in siblings
+    ]
+    plan = planner.plan_turn(
+        turn,
+        calls,
+        steps=copied,
+        task_id=str(fork.pk),
+        inherited_taint=fork.tainted_by or [],
+    )
+    plan.flag(turn)
+    for original, record in zip(siblings, plan.calls, strict=True):
+        if not _edited(original, target, arguments):
+            continue
+        if record.status is StepStatus.FAILED and record.error_class in (
+            ErrorClass.INVALID_JSON,
+            ErrorClass.INVALID_ARGUMENTS,
+        ):
+            raise ForkError(record.error or "The edited arguments are invalid.")
+        record.proposed_arguments = original.arguments
+        record.detail[DetailKey.FORK] = {
+            "edited": True,
+            "parent": str(parent.pk),
+            "original_arguments": original.arguments,
+        }
+    return plan.steps
+
+
+def _edited(original: Step, target: Step, arguments: dict[str, Any] | None) -> bool:
+    return original.pk == target.pk and arguments is not None

@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 from audit.services import audit_append
 from engine.spec import (
     FINAL_TASK_STATUSES,
+    AgentSnapshot,
     StepKind,
     StepStatus,
     StopReason,
@@ -319,14 +320,17 @@ def trace_import(*, document: Any, user: Any) -> Task:
             step_count=len(steps_doc),
             rev=len(steps_doc),
             tainted_by=list(source.get("tainted_by") or []),
-            agent_snapshot={
-                "name": agent_doc.get("name") or agent.name,
-                "model": agent_doc.get("model") or source.get("model"),
-                "instructions": agent_doc.get("instructions") or "",
-                "limits": agent_doc.get("limits") or {},
-                "tools": list(agent_doc.get("tools") or []),
-                "history": _history(source, conversation_doc, created),
-            },
+            # Read as any snapshot is: unknown limits dropped, missing ones defaulted.
+            agent_snapshot=AgentSnapshot.from_json(
+                {
+                    "name": agent_doc.get("name") or agent.name,
+                    "model": agent_doc.get("model") or source.get("model"),
+                    "instructions": agent_doc.get("instructions") or "",
+                    "limits": agent_doc.get("limits") or {},
+                    "tools": list(agent_doc.get("tools") or []),
+                    "history": _history(source, conversation_doc, created),
+                }
+            ).to_json(),
             origin=origin,
             created_at=created,
             started_at=_parse_time(source.get("started_at")),

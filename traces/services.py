@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.models import AuditKind
 from audit.services import audit_append
 from runs.models import Conversation, Message, Task
 
@@ -54,7 +55,7 @@ def traces_purge(*, now: Any = None) -> int:
                 messages=None
             ).delete()
             audit_append(
-                kind="traces.purged",
+                kind=AuditKind.TRACES_PURGED,
                 actor="system",
                 object_type="task",
                 data={

@@ -15,11 +15,14 @@ from approvals.models import ApprovalRequest
 from runs.models import Step, Task
 
 #: Statuses of calls that ran (their duration is a latency).
-EXECUTED = ("succeeded", "failed", "cached")
+EXECUTED = (Step.Status.SUCCEEDED, Step.Status.FAILED, Step.Status.CACHED)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
-    """Nearest-rank percentile (``fraction`` in 0..1); None for no values."""
+    """Nearest-rank percentile (``fraction`` in 0..1); None for no values.
+
+    The one quantile of the house: the stats page and ``/metrics`` both use it.
+    """
     if not values:
         return None
     ordered = sorted(values)
@@ -62,7 +65,7 @@ def tool_stats(tasks: QuerySet[Task]) -> list[ToolStats]:
     for tool, status, started, finished in rows.iterator(chunk_size=2000):
         name = tool or "(unknown)"
         calls[name] += 1
-        if status == "failed":
+        if status == Step.Status.FAILED:
             failures[name] += 1
         if status in EXECUTED and started and finished:
             durations[name].append((finished - started).total_seconds() * 1000)

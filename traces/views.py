@@ -18,11 +18,13 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.selectors import approvals_shown
 from engine.canonical import dumps
 from registry.models import Agent
 from runs.models import Message, Step, Task
-from runs.permissions import can_audit, visible_tasks
+from runs.permissions import can_audit
+from runs.selectors import filter_equal, filter_tainted, visible_task, visible_tasks
 from traces import charts, stats
 from traces.replay import policy_decision
 
@@ -54,14 +56,16 @@ def parse_day(value: str, end: bool = False) -> datetime | None:
 
 def filter_tasks(tasks: QuerySet[Task], params: Any) -> QuerySet[Task]:
     """Apply the trace list's filters (query parameters) to ``tasks``."""
-    if params.get("status"):
-        tasks = tasks.filter(status=params["status"])
-    if params.get("stop_reason"):
-        tasks = tasks.filter(stop_reason=params["stop_reason"])
-    if params.get("agent"):
-        tasks = tasks.filter(agent__name=params["agent"])
-    if params.get("user"):
-        tasks = tasks.filter(owner__username=params["user"])
+    tasks = filter_equal(
+        tasks,
+        params,
+        {
+            "status": "status",
+            "stop_reason": "stop_reason",
+            "agent": "agent__name",
+            "user": "owner__username",
+        },
+    )
     if params.get("tool"):
         tasks = tasks.filter(
             Exists(Step.objects.filter(task=OuterRef("pk"), tool=params["tool"]))
@@ -77,10 +81,7 @@ def filter_tasks(tasks: QuerySet[Task], params: Any) -> QuerySet[Task]:
         tasks = tasks.filter(approvals)
     elif params.get("approvals") == "no":
         tasks = tasks.exclude(approvals)
-    if params.get("tainted") == "yes":
-        tasks = tasks.exclude(tainted_by=[])
-    elif params.get("tainted") == "no":
-        tasks = tasks.filter(tainted_by=[])
+    tasks = filter_tainted(tasks, params.get("tainted"))
     origin = params.get("origin")
     if origin == "imported":
         tasks = tasks.filter(origin__isnull=False)
@@ -114,9 +115,7 @@ def trace_list(request: HttpRequest) -> HttpResponse:
         raise Http404("No such page.") from None
     query = request.GET.copy()
     query.pop("page", None)
-    tools = Step.objects.exclude(tool=None)
-    if not auditor:
-        tools = tools.filter(task__owner_id=request.user.pk)
+    tools = Step.objects.exclude(tool=None).filter(task__in=visible)
     return render(
         request,
         "traces/list.html",
@@ -355,7 +354,7 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
                 "tool_call",
             )
             decision = detail.get("decision") or {}
-            if decision.get("decision") == "approve":
+            if decision.get("decision") == ApprovalDecision.APPROVE:
                 add(
                     _time(decision.get("at")) or step.started_at,
                     step,
@@ -390,7 +389,10 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
             None,
             render_to_string(
                 "traces/_reply.html",
-                {"content": reply.content, "succeeded": task.status == "succeeded"},
+                {
+                    "content": reply.content,
+                    "succeeded": task.status == Task.Status.SUCCEEDED,
+                },
             ),
             "reply",
         )
@@ -404,12 +406,7 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
 
 @login_required
 def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
-    visible = visible_tasks(request.user)
-    task = (
-        visible.select_related("agent", "owner", "conversation", "parent")
-        .filter(pk=task_id)
-        .first()
-    )
+    task = visible_task(request.user, task_id)
     if task is None:
         raise Http404("No such trace.")
     all_steps = task.steps.order_by("seq")
@@ -429,9 +426,7 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
                 if isinstance(data.get("step"), int):
                     by_step[data["step"]] = info
     else:
-        for approval in task.approvals.select_related(
-            "requested_by", "decided_by", "step"
-        ).prefetch_related("votes__user"):
+        for approval in approvals_shown().filter(task=task):
             info = _approval_info(approval) | {"step": approval.step.seq}
             approvals.append(info)
             # The action's request first; a later recovery request is in the table.
@@ -463,7 +458,8 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
             "replay": replay_frames(task, steps),
             "is_owner": task.owner_id == request.user.pk,
             "forks": list(
-                visible.filter(parent=task)
+                visible_tasks(request.user)
+                .filter(parent=task)
                 .select_related("owner")
                 .order_by("created_at")
             ),
@@ -496,7 +492,13 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
     approvals = stats.approval_stats(tasks)
     approval_rows = [
         (status, approvals.counts.get(status, 0))
-        for status in ("approved", "rejected", "expired", "cancelled", "pending")
+        for status in (
+            ApprovalRequest.Status.APPROVED,
+            ApprovalRequest.Status.REJECTED,
+            ApprovalRequest.Status.EXPIRED,
+            ApprovalRequest.Status.CANCELLED,
+            ApprovalRequest.Status.PENDING,
+        )
     ]
     chart_list = [
         charts.bar_chart(

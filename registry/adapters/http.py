@@ -58,6 +58,7 @@ import httpx
 from django.conf import settings as django_settings
 from django.db import close_old_connections, connection
 
+from audit.models import AuditKind
 from audit.services import audit_append
 from engine.execution import RetryableToolError, ToolError, select_fields
 from engine.redaction import MIN_SECRET_LENGTH
@@ -861,7 +862,7 @@ def http_tool_try(
     except ToolError as exc:
         report.error = redactor().text(str(exc))
     audit_append(
-        kind="tool.tried",
+        kind=AuditKind.TOOL_TRIED,
         actor=user,
         object_type="tool",
         object_id=tool.name,

@@ -39,8 +39,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from engine.execution import RetryableToolError, ToolError
+from engine.planning import check_parameters_schema, check_tool_name
 from engine.spec import ApprovalMode, CallContext, Handler, Risk
-from engine.validation import check_parameters_schema, check_tool_name
 
 # The module, not its names: registry.services imports this module too.
 from registry import services as registry_services

@@ -6,8 +6,15 @@ serializers only describe those shapes for ``/api/schema/`` and ``/api/docs/``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import serializers
+
+from engine.planning import TOOL_NAME_RE
+from registry.models import Tool
+from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS
+from runs.models import Message, Step, Task
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -38,17 +45,7 @@ class TaskSchema(serializers.Serializer):
     conversation = serializers.CharField()
     agent = serializers.CharField()
     model = serializers.CharField()
-    status = serializers.ChoiceField(
-        [
-            "queued",
-            "running",
-            "waiting_approval",
-            "succeeded",
-            "stopped",
-            "failed",
-            "cancelled",
-        ]
-    )
+    status = serializers.ChoiceField(Task.Status.values)
     stop_reason = serializers.CharField(allow_null=True)
     final_answer = serializers.CharField(allow_null=True)
     usage = UsageSchema()
@@ -61,7 +58,7 @@ class TaskSchema(serializers.Serializer):
 class StepSchema(serializers.Serializer):
     seq = serializers.IntegerField()
     rev = serializers.IntegerField()
-    kind = serializers.ChoiceField(["model_call", "tool_call", "compaction", "note"])
+    kind = serializers.ChoiceField(Step.Kind.values)
     status = serializers.CharField()
     tool = serializers.CharField(allow_null=True)
     call_id = serializers.CharField(allow_null=True)
@@ -87,7 +84,7 @@ class StepsSchema(serializers.Serializer):
 
 
 class MessageSchema(serializers.Serializer):
-    role = serializers.ChoiceField(["user", "assistant"])
+    role = serializers.ChoiceField(Message.Role.values)
     content = serializers.CharField()
     task = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()
@@ -124,31 +121,34 @@ class AgentSchema(serializers.Serializer):
     tools = serializers.ListField(child=serializers.CharField())
 
 
-class ToolSchema(serializers.Serializer):
-    name = serializers.RegexField(r"^[a-z][a-z0-9_]{1,63}$")
-    description = serializers.CharField()
-    parameters = serializers.JSONField(help_text="JSON Schema with an object root")
-    kind = serializers.ChoiceField(["python", "http", "mcp"])
-    risk = serializers.ChoiceField(
-        ["read_only", "write", "irreversible"], required=False
-    )
-    approval = serializers.ChoiceField(["never", "always", "rule"], required=False)
-    approval_rule = serializers.CharField(allow_null=True, required=False)
-    approvals_required = serializers.IntegerField(required=False)
-    approval_ttl_s = serializers.IntegerField(required=False)
-    untrusted_output = serializers.BooleanField(required=False)
-    idempotent = serializers.BooleanField(required=False)
-    timeout_s = serializers.FloatField(required=False)
-    max_retries = serializers.IntegerField(required=False)
-    max_result_chars = serializers.IntegerField(required=False)
+class ToolSchema(serializers.ModelSerializer):
+    """A tool definition: the fields of ``registry.payloads.TOOL_FIELDS``, typed as
+    the model types them (declared here only where JSON says more)."""
+
+    name = serializers.RegexField(TOOL_NAME_RE.pattern)
     result_fields = serializers.ListField(child=serializers.CharField(), required=False)
-    cache_ttl_s = serializers.IntegerField(required=False)
-    rate_limit_per_min = serializers.IntegerField(required=False)
-    preview_template = serializers.CharField(required=False)
     tags = serializers.ListField(child=serializers.CharField(), required=False)
-    enabled = serializers.BooleanField(required=False)
-    http = serializers.JSONField(required=False)
-    version = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Tool
+        fields = (*TOOL_FIELDS, "http", "version")
+        read_only_fields = ("version",)
+        extra_kwargs = {
+            name: {"required": name in TOOL_REQUIRED_FIELDS} for name in TOOL_FIELDS
+        } | {
+            "parameters": {
+                "required": True,
+                "help_text": "JSON Schema with an object root",
+            },
+            "http": {"required": False},
+        }
+
+    def build_standard_field(self, field_name: str, model_field: Any) -> Any:
+        field_class, kwargs = super().build_standard_field(field_name, model_field)
+        # Drop the database's integer range: it is not the API's, and differs
+        # between SQLite and PostgreSQL.
+        kwargs.pop("max_value", None)
+        return field_class, kwargs
 
 
 class ToolVersionSchema(serializers.Serializer):
@@ -163,34 +163,6 @@ class NoteSchema(serializers.Serializer):
     title = serializers.CharField()
     content = serializers.CharField()
     created_at = serializers.DateTimeField(read_only=True)
-
-
-class ApprovalSchema(serializers.Serializer):
-    id = serializers.CharField()
-    task = serializers.CharField()
-    step = serializers.IntegerField()
-    tool = serializers.CharField()
-    risk = serializers.CharField()
-    arguments = serializers.JSONField()
-    proposed_arguments = serializers.JSONField(allow_null=True)
-    preview = serializers.CharField()
-    status = serializers.ChoiceField(
-        ["pending", "approved", "rejected", "expired", "cancelled"]
-    )
-    tainted_by = serializers.ListField(child=serializers.CharField())
-    approvals_required = serializers.IntegerField()
-    approved_by = serializers.ListField(child=serializers.CharField())
-    requested_at = serializers.DateTimeField()
-    expires_at = serializers.DateTimeField()
-    decided_by = serializers.CharField(allow_null=True)
-    decided_at = serializers.DateTimeField(allow_null=True)
-    reason = serializers.CharField(allow_null=True)
-
-
-class DecisionSchema(serializers.Serializer):
-    decision = serializers.ChoiceField(["approve", "reject"])
-    arguments = serializers.JSONField(required=False, help_text="A full replacement")
-    reason = serializers.CharField(required=False, help_text="Required to reject")
 
 
 class ErrorSchema(serializers.Serializer):

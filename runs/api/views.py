@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-from urllib.parse import urlencode
-
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -16,46 +12,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from infra.runtime import redactor
 from registry.models import Agent, Tool
 from registry.payloads import tool_definition
 from registry.permissions import can_register_tools
 from registry.services import tool_from_definition, tool_save
+from runs import selectors
 from runs import services as runs
 from runs.api import schema
-from runs.models import Conversation, Task
+from runs.api.common import (
+    own_conversation_or_404,
+    paginate,
+    redacted,
+    visible_task_or_404,
+)
+from runs.models import Task
 from runs.payloads import conversation_payload, step_payload, task_payload
-from runs.permissions import visible_tasks
-
-DEFAULT_LIMIT = 50
-MAX_LIMIT = 200
-
-
-def paginate(
-    request: Request, items: QuerySet[Any] | list[Any]
-) -> tuple[list[Any], dict[str, str]]:
-    """Apply ``?limit=`` and ``?offset=``; return the page and a Link header."""
-    try:
-        limit = int(request.query_params.get("limit", DEFAULT_LIMIT))
-        offset = int(request.query_params.get("offset", 0))
-    except ValueError as exc:
-        raise ApiValidationError({"limit": ["limit and offset are integers."]}) from exc
-    limit = max(1, min(limit, MAX_LIMIT))
-    offset = max(0, offset)
-    page = list(items[offset : offset + limit + 1])
-    headers = {}
-    if len(page) > limit:
-        page = page[:limit]
-        params = request.query_params.copy()
-        params["limit"] = str(limit)
-        params["offset"] = str(offset + limit)
-        url = request.build_absolute_uri(request.path) + "?" + urlencode(params)
-        headers["Link"] = f'<{url}>; rel="next"'
-    return page, headers
-
-
-def redacted(data: Any) -> Any:
-    return redactor().data(data)
 
 
 class AgentList(APIView):
@@ -130,9 +101,7 @@ class ConversationList(APIView):
         operation_id="conversations_list",
     )
     def get(self, request: Request) -> Response:
-        conversations = Conversation.objects.filter(owner=request.user).select_related(
-            "agent"
-        )
+        conversations = selectors.own_conversations(request.user)
         page, headers = paginate(request, conversations.order_by("-updated_at"))
         return Response([conversation_payload(c) for c in page], headers=headers)
 
@@ -147,9 +116,7 @@ class ConversationList(APIView):
             if agent is None:
                 raise ApiValidationError({"agent": [f"No agent named '{name}'."]})
         else:
-            agent = (
-                Agent.objects.filter(is_default=True).first() or Agent.objects.first()
-            )
+            agent = selectors.default_agent()
             if agent is None:
                 raise ApiValidationError({"agent": ["No agent is configured."]})
         conversation = runs.conversation_create(owner=request.user, agent=agent)
@@ -158,21 +125,10 @@ class ConversationList(APIView):
         )
 
 
-def _own_conversation(request: Request, conversation_id: str) -> Conversation:
-    conversation = (
-        Conversation.objects.select_related("agent")
-        .filter(pk=conversation_id, owner=request.user)
-        .first()
-    )
-    if conversation is None:
-        raise Http404
-    return conversation
-
-
 class ConversationDetail(APIView):
     @extend_schema(responses=schema.ConversationDetailSchema)
     def get(self, request: Request, conversation_id: str) -> Response:
-        conversation = _own_conversation(request, conversation_id)
+        conversation = own_conversation_or_404(request, conversation_id)
         return Response(redacted(conversation_payload(conversation, messages=True)))
 
 
@@ -182,7 +138,7 @@ class ConversationMessages(APIView):
         responses={202: schema.TaskRefSchema, 409: schema.TaskRefSchema},
     )
     def post(self, request: Request, conversation_id: str) -> Response:
-        conversation = _own_conversation(request, conversation_id)
+        conversation = own_conversation_or_404(request, conversation_id)
         content = (
             request.data.get("content") if isinstance(request.data, dict) else None
         )
@@ -203,18 +159,6 @@ class ConversationMessages(APIView):
         return Response({"task": str(task.pk)}, status=status.HTTP_202_ACCEPTED)
 
 
-def visible_task(request: Request, task_id: str) -> Task:
-    task = (
-        visible_tasks(request.user)
-        .select_related("agent", "owner", "conversation")
-        .filter(pk=task_id)
-        .first()
-    )
-    if task is None:
-        raise Http404
-    return task
-
-
 class TaskList(APIView):
     @extend_schema(responses=schema.TaskSchema(many=True), operation_id="tasks_list")
     def get(self, request: Request) -> Response:
@@ -226,13 +170,13 @@ class TaskList(APIView):
 class TaskDetail(APIView):
     @extend_schema(responses=schema.TaskSchema)
     def get(self, request: Request, task_id: str) -> Response:
-        return Response(redacted(task_payload(visible_task(request, task_id))))
+        return Response(redacted(task_payload(visible_task_or_404(request, task_id))))
 
 
 class TaskSteps(APIView):
     @extend_schema(responses=schema.StepsSchema)
     def get(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
+        task = visible_task_or_404(request, task_id)
         try:
             after = int(request.query_params.get("after", 0))
         except ValueError as exc:
@@ -246,7 +190,7 @@ class TaskCancel(APIView):
         request=None, responses={202: schema.TaskSchema, 409: schema.ErrorSchema}
     )
     def post(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
+        task = visible_task_or_404(request, task_id)
         user = request.user
         if not (task.owner_id == user.pk or user.is_superuser):
             raise PermissionDenied("Only the task's owner or an admin can cancel it.")

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django import template
 from django.utils import timezone
-from django.utils.timesince import timesince
 
 from infra.runtime import redactor
 from runs.payloads import step_payload
@@ -52,10 +52,33 @@ def step_json(step: Any) -> str:
 
 
 @register.filter
-def ago(value: Any) -> str:
-    """'just now' under a minute, else Django's timesince plus 'ago'."""
-    if value is None:
+def ago(moment: datetime | None) -> str:
+    """``just now``, ``40 s ago``, ``12 min ago``, ``3 h 5 min ago``, ``2 days ago``.
+
+    The same words as the live pages' ticking clocks (``relative`` in
+    ``static/js/approvals.js``), so a refreshed age reads like the rendered one.
+    """
+    if moment is None:
         return ""
-    if (timezone.now() - value).total_seconds() < 60:
-        return "just now"
-    return f"{timesince(value)} ago"
+    seconds = max(0, int((timezone.now() - moment).total_seconds()))
+    return f"{_span(seconds)} ago" if seconds >= 5 else "just now"
+
+
+@register.filter
+def left(moment: datetime | None) -> str:
+    """Time until ``moment`` (``12 min``); ``0 s`` once it has passed."""
+    if moment is None:
+        return ""
+    return _span(max(0, int((moment - timezone.now()).total_seconds())))
+
+
+def _span(seconds: int) -> str:
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours = minutes // 60
+    if hours < 48:
+        return f"{hours} h {minutes % 60} min"
+    return f"{hours // 24} days"

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core import mail
 from django.db import connection
 from rest_framework.test import APIClient
@@ -23,33 +21,19 @@ from approvals.models import ApprovalRequest, ApprovalVote
 from audit.models import AuditEvent
 from effects.models import Outbox
 from runs import services as runs
-from runs.api.auth import token_issue
 from runs.models import Step
-from tests.approvals.conftest import EMAIL, pending
-from tests.conftest import PASSWORD
-from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call, tool_calls
+from tests.support.clients import bearer_client, decision_url
+from tests.support.runs import user_in
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
 
 
 def approvers(count: int) -> list[Any]:
-    group = Group.objects.get(name="approvers")
-    users = []
-    for number in range(count):
-        user = get_user_model().objects.create_user(
-            username=f"approver{number}", password=PASSWORD
-        )
-        user.groups.add(group)
-        users.append(user)
-    return users
+    return [user_in("approvers", f"approver{number}") for number in range(count)]
 
 
-def bearer(user: Any) -> APIClient:
-    _, key = token_issue(user=user, name="race")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
-    return client
+def bearer(user: Any) -> Any:
+    return bearer_client(user, name="race")
 
 
 def at_once(jobs: list[Callable[[], Any]], timeout: float = 120) -> list[Any]:
@@ -78,11 +62,10 @@ def at_once(jobs: list[Callable[[], Any]], timeout: float = 120) -> list[Any]:
     return results
 
 
-def test_fifty_concurrent_decisions_have_exactly_one_winner(alice, demo, model):
-    model(Script([tool_call("send_email", EMAIL), text("sent")]))
-    [approval] = pending(ask(alice, demo.agent, "Mail the report to ops"))
+def test_fifty_concurrent_decisions_have_exactly_one_winner(alice, demo, email_waiting):
+    _, [approval], _ = email_waiting(alice, demo.agent, "sent")
     clients = [bearer(user) for user in approvers(50)]
-    url = f"/api/approvals/{approval.pk}/decision/"
+    url = decision_url(approval)
 
     def job(number: int, client: APIClient) -> Any:
         body = (
@@ -115,7 +98,7 @@ def test_fifty_concurrent_decisions_have_exactly_one_winner(alice, demo, model):
 
 
 def test_fifty_concurrent_approvals_under_the_two_person_rule_make_one_decision(
-    alice, demo, model
+    alice, demo, email_waiting
 ):
     from registry.models import Tool
     from registry.services import tool_save
@@ -123,10 +106,9 @@ def test_fifty_concurrent_approvals_under_the_two_person_rule_make_one_decision(
     tool = Tool.objects.get(name="send_email")
     tool.approvals_required = 2
     tool_save(tool=tool, user=demo.admin)
-    model(Script([tool_call("send_email", EMAIL), text("sent")]))
-    [approval] = pending(ask(alice, demo.agent, "Mail the report to ops"))
+    _, [approval], _ = email_waiting(alice, demo.agent, "sent")
     clients = [bearer(user) for user in approvers(50)]
-    url = f"/api/approvals/{approval.pk}/decision/"
+    url = decision_url(approval)
 
     responses = at_once(
         [
@@ -145,7 +127,7 @@ def test_fifty_concurrent_approvals_under_the_two_person_rule_make_one_decision(
 
 
 def test_two_decisions_at_once_on_one_turn_still_resume_the_task(
-    alice, demo, model, monkeypatch
+    alice, demo, email_waiting, monkeypatch
 ):
     """Each decision enqueues ``advance``; whichever runs last finds nothing pending.
 
@@ -154,17 +136,9 @@ def test_two_decisions_at_once_on_one_turn_still_resume_the_task(
     """
     from runs import tasks
 
-    second = {**EMAIL, "to": "dev@example.com"}
-    model(
-        Script(
-            [
-                tool_calls([("send_email", EMAIL), ("send_email", second)]),
-                text("Both sent."),
-            ]
-        )
+    task, [first_approval, second_approval], _ = email_waiting(
+        alice, demo.agent, "Both sent.", also_to="dev@example.com"
     )
-    task = ask(alice, demo.agent, "Mail the report to ops and dev")
-    first_approval, second_approval = pending(task)
     outcomes: list[str] = []
 
     def run_now(args: Any = (), **_: Any) -> None:

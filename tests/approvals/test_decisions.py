@@ -10,8 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core import mail
 from django.utils import timezone
 
@@ -22,41 +20,32 @@ from engine.canonical import canonical_hash
 from registry.models import Tool
 from registry.services import tool_save
 from runs.models import Step
-from tests.approvals.conftest import EMAIL, TICKET, pending, tool_messages
-from tests.conftest import PASSWORD
-from tests.support.runs import advance, ask
-from tests.support.scripted_model import Script, text, tool_call, tool_calls
+from tests.support.cast import EMAIL, TICKET
+from tests.support.clients import post_decision
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import advance, ask, pending, user_in
+from tests.support.scripted_model import tool_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def decide(client: Any, approval: ApprovalRequest, **body: Any) -> Any:
-    return client.post(f"/api/approvals/{approval.pk}/decision/", body, format="json")
-
-
 def approve(client: Any, approval: ApprovalRequest) -> None:
-    response = decide(client, approval, decision="approve")
+    response = post_decision(client, approval, decision="approve")
     assert response.status_code == 200, response.json()
 
 
-def email_script() -> Script:
-    return Script([tool_call("send_email", EMAIL), text("The report is sent.")])
-
-
 def test_an_email_waits_for_approval_and_runs_once_after_approval(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
+    task, [approval], _ = email_waiting(alice, demo.agent)
 
     assert task.status == "waiting_approval"
-    [approval] = pending(task)
     assert approval.preview == "Send email to ops@example.com — subject: report"
     assert approval.risk == "irreversible"
     assert approval.requested_by == alice
     assert Outbox.objects.count() == 0 and len(mail.outbox) == 0
 
-    response = decide(api_client_for(operator), approval, decision="approve")
+    response = post_decision(api_client_for(operator), approval, decision="approve")
     assert response.status_code == 200, response.json()
     assert response.json()["status"] == "approved"
     assert response.json()["decided_by"] == "operator"
@@ -73,14 +62,12 @@ def test_an_email_waits_for_approval_and_runs_once_after_approval(
 
 
 def test_an_edited_approval_records_the_diff_and_runs_the_edited_call(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], _ = email_waiting(alice, demo.agent)
     edited = {**EMAIL, "to": "team@example.com"}
 
-    response = decide(
+    response = post_decision(
         api_client_for(operator), approval, decision="approve", arguments=edited
     )
 
@@ -109,13 +96,11 @@ def test_an_edited_approval_records_the_diff_and_runs_the_edited_call(
     ],
 )
 def test_an_edit_failing_the_schema_answers_400_with_the_reason_and_stays_pending(
-    alice, operator, demo, model, api_client_for, arguments, reason
+    alice, operator, demo, email_waiting, api_client_for, arguments, reason
 ):
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], _ = email_waiting(alice, demo.agent)
 
-    response = decide(
+    response = post_decision(
         api_client_for(operator), approval, decision="approve", arguments=arguments
     )
 
@@ -129,11 +114,9 @@ def test_an_edit_failing_the_schema_answers_400_with_the_reason_and_stays_pendin
 
 
 def test_the_run_refuses_arguments_other_than_the_approved_ones(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], _ = email_waiting(alice, demo.agent)
     approve(api_client_for(operator), approval)
     # Whatever changes the arguments after the decision is not what was approved.
     Step.objects.filter(pk=approval.step_id).update(
@@ -149,14 +132,12 @@ def test_the_run_refuses_arguments_other_than_the_approved_ones(
 
 
 def test_a_reject_without_a_reason_answers_400_and_stays_pending(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], _ = email_waiting(alice, demo.agent)
 
     for body in ({"decision": "reject"}, {"decision": "reject", "reason": "   "}):
-        response = decide(api_client_for(operator), approval, **body)
+        response = post_decision(api_client_for(operator), approval, **body)
         assert response.status_code == 400
         assert "reason" in response.json()["error"]
     approval.refresh_from_db()
@@ -164,15 +145,11 @@ def test_a_reject_without_a_reason_answers_400_and_stays_pending(
 
 
 def test_reject_sends_the_reason_back_to_the_model_as_the_tools_result(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    script = model(
-        Script([tool_call("send_email", EMAIL), text("I did not send it.")])
-    ).handler
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], script = email_waiting(alice, demo.agent, "I did not send it.")
 
-    response = decide(
+    response = post_decision(
         api_client_for(operator),
         approval,
         decision="reject",
@@ -229,42 +206,35 @@ def test_untrusted_notes_force_approval_of_a_normally_automatic_ticket(
     assert Ticket.objects.get(idempotency_key=step.idempotency_key).title == "Cache"
 
 
-def second_approver() -> Any:
-    carol = get_user_model().objects.create_user(
-        username="carol", password=PASSWORD, email="carol@example.com"
-    )
-    carol.groups.add(Group.objects.get(name="approvers"))
-    return carol
-
-
-def test_the_two_person_rule_needs_two_distinct_approvers_and_runs_once(
-    alice, operator, demo, model, api_client_for
-):
+def two_person_rule(demo: Any) -> Any:
+    """Make ``send_email`` need two approvers; return the second one, carol."""
     tool = Tool.objects.get(name="send_email")
     tool.approvals_required = 2
     tool_save(tool=tool, user=demo.admin)
-    carol = second_approver()
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    return user_in("approvers", "carol", email="carol@example.com")
+
+
+def test_the_two_person_rule_needs_two_distinct_approvers_and_runs_once(
+    alice, operator, demo, email_waiting, api_client_for
+):
+    carol = two_person_rule(demo)
+    task, [approval], _ = email_waiting(alice, demo.agent)
     assert approval.approvals_required == 2
     first = api_client_for(operator)
 
-    response = decide(first, approval, decision="approve")
+    response = post_decision(first, approval, decision="approve")
     assert response.status_code == 200
     assert response.json()["status"] == "pending"
     assert response.json()["approved_by"] == ["operator"]
     assert advance(task).status == "waiting_approval"
     assert Outbox.objects.count() == 0
 
-    again = decide(first, approval, decision="approve")
+    again = post_decision(first, approval, decision="approve")
     assert again.status_code == 409
-    assert (
-        decide(api_client_for(operator), approval, decision="approve").status_code
-        == 409
-    )
+    other_token = post_decision(api_client_for(operator), approval, decision="approve")
+    assert other_token.status_code == 409
 
-    response = decide(api_client_for(carol), approval, decision="approve")
+    response = post_decision(api_client_for(carol), approval, decision="approve")
     assert response.status_code == 200
     assert response.json()["status"] == "approved"
     assert response.json()["approved_by"] == ["operator", "carol"]
@@ -275,23 +245,18 @@ def test_the_two_person_rule_needs_two_distinct_approvers_and_runs_once(
 
 
 def test_a_two_person_edit_runs_the_edited_arguments_the_second_approver_saw(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    tool = Tool.objects.get(name="send_email")
-    tool.approvals_required = 2
-    tool_save(tool=tool, user=demo.admin)
-    carol = second_approver()
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    carol = two_person_rule(demo)
+    task, [approval], _ = email_waiting(alice, demo.agent)
     edited = {**EMAIL, "subject": "weekly report"}
 
-    first = decide(
+    first = post_decision(
         api_client_for(operator), approval, decision="approve", arguments=edited
     )
     assert first.status_code == 200 and first.json()["status"] == "pending"
     assert first.json()["arguments"] == edited
-    second = decide(api_client_for(carol), approval, decision="approve")
+    second = post_decision(api_client_for(carol), approval, decision="approve")
     assert second.json()["status"] == "approved"
     assert second.json()["proposed_arguments"] == EMAIL
 
@@ -304,16 +269,14 @@ def test_a_two_person_edit_runs_the_edited_arguments_the_second_approver_saw(
 
 
 def test_a_late_click_after_the_deadline_is_409_even_before_beat_runs(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], _ = email_waiting(alice, demo.agent)
     ApprovalRequest.objects.filter(pk=approval.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
 
-    response = decide(api_client_for(operator), approval, decision="approve")
+    response = post_decision(api_client_for(operator), approval, decision="approve")
 
     assert response.status_code == 409
     assert "expired" in response.json()["error"]
@@ -323,13 +286,9 @@ def test_a_late_click_after_the_deadline_is_409_even_before_beat_runs(
 
 
 def test_beat_expires_a_stale_request_and_the_model_is_told(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    script = model(
-        Script([tool_call("send_email", EMAIL), text("It is still pending.")])
-    ).handler
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], script = email_waiting(alice, demo.agent, "It is still pending.")
     ApprovalRequest.objects.filter(pk=approval.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -347,18 +306,14 @@ def test_beat_expires_a_stale_request_and_the_model_is_told(
     assert "approved" in answer["content"]
     assert "rejected" not in answer["content"]
     assert Outbox.objects.count() == 0
-    assert (
-        decide(api_client_for(operator), approval, decision="approve").status_code
-        == 409
-    )
+    late = post_decision(api_client_for(operator), approval, decision="approve")
+    assert late.status_code == 409
 
 
-def test_an_agent_set_to_stop_stops_with_approval_expired(alice, demo, model):
+def test_an_agent_set_to_stop_stops_with_approval_expired(alice, demo, email_waiting):
     demo.agent.on_approval_expired = "stop"
     demo.agent.save()
-    script = model(email_script()).handler
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], script = email_waiting(alice, demo.agent)
     ApprovalRequest.objects.filter(pk=approval.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -374,26 +329,18 @@ def test_an_agent_set_to_stop_stops_with_approval_expired(alice, demo, model):
 
 
 def test_calls_of_one_turn_are_decided_one_by_one_and_the_task_resumes_after_the_last(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    second = {**EMAIL, "to": "dev@example.com"}
-    model(
-        Script(
-            [
-                tool_calls([("send_email", EMAIL), ("send_email", second)]),
-                text("Both handled."),
-            ]
-        )
+    task, [first_approval, second_approval], _ = email_waiting(
+        alice, demo.agent, "Both handled.", also_to="dev@example.com"
     )
-    task = ask(alice, demo.agent, "Mail the report to ops and dev")
-    first_approval, second_approval = pending(task)
     client = api_client_for(operator)
 
     approve(client, first_approval)
     assert advance(task).status == "waiting_approval"
     assert Outbox.objects.count() == 0
 
-    rejected = decide(
+    rejected = post_decision(
         client, second_approval, decision="reject", reason="dev does not need it"
     )
     assert rejected.status_code == 200
@@ -406,11 +353,9 @@ def test_calls_of_one_turn_are_decided_one_by_one_and_the_task_resumes_after_the
 
 
 def test_cancelling_a_waiting_task_cancels_its_requests(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    model(email_script())
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
+    task, [approval], _ = email_waiting(alice, demo.agent)
 
     assert (
         api_client_for(alice).post(f"/api/tasks/{task.pk}/cancel/").status_code == 202
@@ -418,8 +363,6 @@ def test_cancelling_a_waiting_task_cancels_its_requests(
 
     approval.refresh_from_db()
     assert approval.status == "cancelled"
-    assert (
-        decide(api_client_for(operator), approval, decision="approve").status_code
-        == 409
-    )
+    late = post_decision(api_client_for(operator), approval, decision="approve")
+    assert late.status_code == 409
     assert Outbox.objects.count() == 0

@@ -15,7 +15,7 @@ from effects.services import message_id_for
 from engine.execution import ToolError
 from engine.spec import CallContext
 from registry.services import agent_snapshot, toolbox_for_snapshot
-from tests.approvals.conftest import EMAIL, TICKET
+from tests.support.cast import EMAIL, TICKET
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

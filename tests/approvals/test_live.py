@@ -9,23 +9,18 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.core import mail
 
-from approvals.consumers import ApprovalsConsumer
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from tests.approvals.conftest import EMAIL, pending
-from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call
+from tests.support.cast import EMAIL
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import ask, pending
+from tests.support.sockets import queue_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 
-
-async def queue_socket(user: Any) -> WebsocketCommunicator:
-    comm = WebsocketCommunicator(
-        ApprovalsConsumer.as_asgi(), "/ws/approvals/", headers=[ORIGIN]
-    )
-    comm.scope["user"] = user
+async def listening(user: Any) -> WebsocketCommunicator:
+    comm = queue_socket(user)
     connected, _ = await comm.connect()
     assert connected
     return comm
@@ -43,7 +38,7 @@ async def test_a_new_request_and_its_decision_are_pushed_to_the_queue(
     alice, operator, demo, model
 ):
     model(Script([tool_call("send_email", EMAIL), text("sent")]))
-    comm = await queue_socket(operator)
+    comm = await listening(operator)
 
     task = await database_sync_to_async(ask)(alice, demo.agent, "Mail the report")
 
@@ -70,23 +65,14 @@ async def test_a_new_request_and_its_decision_are_pushed_to_the_queue(
 
 async def test_chat_users_cannot_listen_to_the_queue(alice, bob):
     for user in (alice, bob):
-        comm = WebsocketCommunicator(
-            ApprovalsConsumer.as_asgi(), "/ws/approvals/", headers=[ORIGIN]
-        )
-        comm.scope["user"] = user
-        connected, code = await comm.connect()
+        connected, code = await queue_socket(user).connect()
         assert not connected
         assert code == 4403
 
 
 async def test_a_foreign_origin_is_refused(operator):
-    comm = WebsocketCommunicator(
-        ApprovalsConsumer.as_asgi(),
-        "/ws/approvals/",
-        headers=[(b"origin", b"http://evil.example.com")],
-    )
-    comm.scope["user"] = operator
-    connected, _ = await comm.connect()
+    evil = (b"origin", b"http://evil.example.com")
+    connected, _ = await queue_socket(operator, origin=evil).connect()
     assert not connected
 
 

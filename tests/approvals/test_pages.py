@@ -5,27 +5,18 @@ from __future__ import annotations
 import html
 import re
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.test import Client
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from tests.approvals.conftest import EMAIL, TICKET, pending
-from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call
+from tests.support.cast import EMAIL, TICKET
+from tests.support.clients import logged_in
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import ask, pending, user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def card_ids(page: str) -> list[str]:
@@ -104,8 +95,7 @@ def test_a_card_shows_what_an_approver_needs_to_decide(queue, operator):
 def test_an_approver_who_cannot_read_traces_sees_the_owner_but_no_trace_link(
     queue,
 ):
-    dave = get_user_model().objects.create_user(username="dave", password="x" * 12)
-    dave.groups.add(Group.objects.get(name="approvers"))
+    dave = user_in("approvers", "dave")
     page = logged_in(dave).get("/approvals/").content.decode()
     email = card(page, queue["email"])
     assert "<strong data-owner>alice</strong>" in email

@@ -5,45 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Group
-from django.test import Client
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest
-from tests.approvals.conftest import EMAIL, pending
-from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call
+from tests.support.cast import EMAIL
+from tests.support.clients import decision_url, logged_in, post_decision
+from tests.support.runs import user_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def waiting(model: Any) -> Any:
+def waiting(email_waiting: Any) -> Any:
     """``waiting(user, agent)`` -> a pending email approval of ``user``'s task."""
 
     def make(user: Any, agent: Any) -> ApprovalRequest:
-        model(Script([tool_call("send_email", EMAIL), text("sent")]))
-        [approval] = pending(ask(user, agent, "Mail the report to ops"))
+        [approval] = email_waiting(user, agent, "sent").approvals
         return approval
 
     return make
 
 
-def decision_url(approval: ApprovalRequest) -> str:
-    return f"/api/approvals/{approval.pk}/decision/"
-
-
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def test_an_approver_decides(alice, operator, demo, waiting, api_client_for):
     approval = waiting(alice, demo.agent)
-    response = api_client_for(operator).post(
-        decision_url(approval), {"decision": "approve"}, format="json"
-    )
+    response = post_decision(api_client_for(operator), approval, decision="approve")
     assert response.status_code == 200
     assert response.json()["status"] == "approved"
 
@@ -54,9 +39,7 @@ def test_chat_users_get_403_on_the_decision_and_the_list(
     approval = waiting(alice, demo.agent)
     for user in (alice, bob):
         client = api_client_for(user)
-        decided = client.post(
-            decision_url(approval), {"decision": "approve"}, format="json"
-        )
+        decided = post_decision(client, approval, decision="approve")
         assert decided.status_code == 403
         assert client.get("/api/approvals/").status_code == 403
         assert client.get("/api/approvals/?status=pending").status_code == 403
@@ -86,7 +69,7 @@ def test_the_requester_never_approves_their_own_call_even_as_an_approver(
         {"decision": "approve", "arguments": {**EMAIL, "to": "me@example.com"}},
         {"decision": "reject", "reason": "changed my mind"},
     ):
-        response = client.post(decision_url(approval), body, format="json")
+        response = post_decision(client, approval, **body)
         assert response.status_code == 403
         assert "own" in response.json()["error"]
     approval.refresh_from_db()
@@ -97,34 +80,24 @@ def test_the_requester_never_approves_their_own_call_even_as_an_approver(
 def test_an_approver_who_is_not_an_auditor_lists_and_decides(
     alice, demo, waiting, api_client_for
 ):
-    from django.contrib.auth import get_user_model
-
-    dave = get_user_model().objects.create_user(username="dave", password="x" * 12)
-    dave.groups.add(Group.objects.get(name="approvers"))
+    dave = user_in("approvers", "dave")
     approval = waiting(alice, demo.agent)
     client = api_client_for(dave)
     listed = client.get("/api/approvals/?status=pending")
     assert listed.status_code == 200
     assert [a["id"] for a in listed.json()] == [str(approval.pk)]
-    response = client.post(
-        decision_url(approval), {"decision": "approve"}, format="json"
-    )
+    response = post_decision(client, approval, decision="approve")
     assert response.status_code == 200
 
 
 def test_an_auditor_who_is_not_an_approver_reads_but_cannot_decide(
     alice, demo, waiting, api_client_for
 ):
-    from django.contrib.auth import get_user_model
-
-    erin = get_user_model().objects.create_user(username="erin", password="x" * 12)
-    erin.groups.add(Group.objects.get(name="auditors"))
+    erin = user_in("auditors", "erin")
     approval = waiting(alice, demo.agent)
     client = api_client_for(erin)
     assert client.get("/api/approvals/").status_code == 200
-    response = client.post(
-        decision_url(approval), {"decision": "approve"}, format="json"
-    )
+    response = post_decision(client, approval, decision="approve")
     assert response.status_code == 403
     assert logged_in(erin).get("/approvals/").status_code == 403
 
@@ -133,9 +106,7 @@ def test_unauthenticated_calls_get_401(alice, demo, waiting):
     approval = waiting(alice, demo.agent)
     client = APIClient()
     assert client.get("/api/approvals/").status_code == 401
-    response = client.post(
-        decision_url(approval), {"decision": "approve"}, format="json"
-    )
+    response = post_decision(client, approval, decision="approve")
     assert response.status_code == 401
     approval.refresh_from_db()
     assert approval.status == "pending"
@@ -162,8 +133,7 @@ def test_an_unknown_approval_is_404_for_an_approver(operator, api_client_for):
 
 def test_a_browser_decision_needs_the_csrf_token(alice, operator, demo, waiting):
     approval = waiting(alice, demo.agent)
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(operator)
+    client = logged_in(operator, enforce_csrf_checks=True)
     response = client.post(
         decision_url(approval),
         {"decision": "approve"},

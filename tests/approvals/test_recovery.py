@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from django.core import mail
-from django.test import Client
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -20,17 +19,16 @@ from approvals.services import RECOVERY_REASON
 from effects.models import Outbox, ToolExecution
 from registry.services import toolbox_for_snapshot
 from runs.models import Step, Task
-from tests.approvals.conftest import EMAIL, pending, tool_messages
-from tests.support.runs import advance, ask
-from tests.support.scripted_model import Script, text, tool_call
+from tests.support.cast import EMAIL
+from tests.support.clients import decision_url, logged_in, post_decision
+from tests.support.runs import advance, pending
+from tests.support.scripted_model import tool_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def decide(client: Any, approval: ApprovalRequest, **body: Any) -> Any:
-    response = client.post(
-        f"/api/approvals/{approval.pk}/decision/", body, format="json"
-    )
+    response = post_decision(client, approval, **body)
     assert response.status_code == 200, response.json()
     return response.json()
 
@@ -67,15 +65,13 @@ def crash_while_sending(task: Task, *, effect_happened: bool) -> Step:
 
 
 @pytest.fixture
-def crashed(alice, operator, demo, model, api_client_for):
+def crashed(alice, operator, demo, email_waiting, api_client_for):
     """``crashed(effect_happened)`` -> (task, the recovery request, its model)."""
 
     def make(effect_happened: bool) -> tuple[Task, ApprovalRequest, Any]:
-        script = model(
-            Script([tool_call("send_email", EMAIL), text("Done with the email.")])
-        ).handler
-        task = ask(alice, demo.agent, "Mail the report to ops")
-        [approval] = pending(task)
+        task, [approval], script = email_waiting(
+            alice, demo.agent, "Done with the email."
+        )
         decide(api_client_for(operator), approval, decision="approve")
         crash_while_sending(task, effect_happened=effect_happened)
 
@@ -105,9 +101,7 @@ def test_an_unknown_outcome_becomes_a_did_it_happen_request_in_the_queue(
     assert len(script.requests) == 1
     assert Outbox.objects.count() == 0
 
-    client = Client()
-    client.force_login(operator)
-    page = client.get("/approvals/").content.decode()
+    page = logged_in(operator).get("/approvals/").content.decode()
     card = page[page.index(f'id="approval-{recovery.pk}"') :]
     card = card[: card.index("</section>")]
     assert "outcome unknown" in card
@@ -192,7 +186,7 @@ def test_reject_of_a_recovery_request_tells_the_model_why(
 def test_a_recovery_request_cannot_be_edited(crashed, operator, api_client_for):
     _, recovery, _ = crashed(effect_happened=False)
     response = api_client_for(operator).post(
-        f"/api/approvals/{recovery.pk}/decision/",
+        decision_url(recovery),
         {"decision": "approve", "arguments": {**EMAIL, "to": "x@example.com"}},
         format="json",
     )
@@ -202,14 +196,8 @@ def test_a_recovery_request_cannot_be_edited(crashed, operator, api_client_for):
 
 
 def test_mark_done_applies_only_to_recovery_requests(
-    alice, operator, demo, model, api_client_for
+    alice, operator, demo, email_waiting, api_client_for
 ):
-    model(Script([tool_call("send_email", EMAIL), text("ok")]))
-    task = ask(alice, demo.agent, "Mail the report to ops")
-    [approval] = pending(task)
-    response = api_client_for(operator).post(
-        f"/api/approvals/{approval.pk}/decision/",
-        {"decision": "mark_done"},
-        format="json",
-    )
+    _, [approval], _ = email_waiting(alice, demo.agent, "ok")
+    response = post_decision(api_client_for(operator), approval, decision="mark_done")
     assert response.status_code == 400

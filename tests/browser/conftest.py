@@ -2,7 +2,7 @@
 
 The stack fixture runs daphne, a Celery worker and Redis as subprocesses on this
 test's database; the model is a scripted server in this process, so each test
-scripts it. Users log in through the login form.
+scripts it. Users log in through the login form (``tests.support.browser``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PASSWORD
-from tests.integration.conftest import Stack, stack  # noqa: F401 - the fixture
-from tests.support.browser import TIMEOUT_MS, real_password
-from tests.support.scripted_model import Handler, ScriptedModel
+from tests.support.browser import real_password
+from tests.support.cast import PASSWORD
+from tests.support.replies import Handler
+from tests.support.scripted_model import ScriptedModel
+from tests.support.stack import Stack
 
 
 @pytest.fixture
@@ -38,20 +39,3 @@ def served(request: pytest.FixtureRequest, demo: Any) -> Iterator[Any]:
     site.stop()
     for model in models:
         model.stop()
-
-
-def log_in(browser: Any, site: Stack, username: str) -> Any:
-    """A new browser context logged in through the form; returns its page."""
-    from playwright.sync_api import expect
-
-    context = browser.new_context(
-        base_url=site.web_url, viewport={"width": 1280, "height": 900}
-    )
-    context.set_default_timeout(TIMEOUT_MS)
-    page = context.new_page()
-    page.goto("/accounts/login/")
-    page.fill("input[name=username]", username)
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    expect(page).to_have_url(f"{site.web_url}/", timeout=TIMEOUT_MS)
-    return page

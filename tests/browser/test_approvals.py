@@ -8,23 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from effects.models import Outbox
-from tests.browser.conftest import TIMEOUT_MS, log_in
-from tests.integration.conftest import Stack
-from tests.support.scripted_model import (
-    AnyReply,
-    RecordingHandler,
-    _messages,
-    last_user_index,
-    text,
-    tool_call,
-)
+from tests.support.browser import TIMEOUT_MS, log_in
+from tests.support.replies import AnyReply, RecordingHandler, text, tool_call
+from tests.support.scripted_model import last_user_index, messages_of, tool_messages
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -42,7 +36,7 @@ class EmailScript(RecordingHandler):
     """Calls ``send_email`` for the user's message, then answers after the result."""
 
     def respond(self, request: dict[str, Any]) -> AnyReply:
-        messages = _messages(request)
+        messages = messages_of(request)
         start = last_user_index(messages) or 0
         results = [m for m in messages[start:] if m.get("role") == "tool"]
         if not results:
@@ -123,15 +117,31 @@ def test_the_operator_approves_alices_email_and_her_chat_shows_the_result_live(
     assert len(list((tmp_path / "mail").iterdir())) == 1
 
 
-def test_the_queue_checks_edits_and_reasons_before_sending_them(
-    browser, stack: Stack, served
-):
+class Scene(NamedTuple):
+    """Alice's chat with her email waiting, the operator's queue showing it."""
+
+    model: Any
+    alice: Any
+    email_step: Any
+    operator: Any
+    card: Any
+
+
+def the_email_in_the_queue(browser: Any, stack: Stack, served: Any) -> Scene:
     model = served(EmailScript())
     alice = log_in(browser, stack, "alice")
     email_step = ask_for_the_email(alice)
     operator = log_in(browser, stack, "operator")
     operator.goto("/approvals/")
-    card = operator.locator(".approval-card")
+    return Scene(model, alice, email_step, operator, operator.locator(".approval-card"))
+
+
+def test_the_queue_checks_edits_and_reasons_before_sending_them(
+    browser, stack: Stack, served
+):
+    model, alice, email_step, operator, card = the_email_in_the_queue(
+        browser, stack, served
+    )
     expect(card).to_have_count(1)
     requests: list[str] = []
     operator.on(
@@ -179,12 +189,9 @@ def test_the_queue_checks_edits_and_reasons_before_sending_them(
 def test_a_rejection_with_a_reason_reaches_alices_chat_and_the_model(
     browser, stack: Stack, served
 ):
-    model = served(EmailScript())
-    alice = log_in(browser, stack, "alice")
-    email_step = ask_for_the_email(alice)
-    operator = log_in(browser, stack, "operator")
-    operator.goto("/approvals/")
-    card = operator.locator(".approval-card")
+    model, alice, email_step, operator, card = the_email_in_the_queue(
+        browser, stack, served
+    )
 
     card.locator("input.reason").fill("Reports go to the team list")
     card.get_by_role("button", name="Reject").click()
@@ -197,7 +204,5 @@ def test_a_rejection_with_a_reason_reaches_alices_chat_and_the_model(
     expect(alice.locator("[data-reply]")).to_contain_text("I did not send it")
     expect(alice.locator("[data-reply]")).to_contain_text("Reports go to the team list")
     assert Outbox.objects.count() == 0
-    [answer] = [
-        m for m in model.handler.requests[-1]["messages"] if m["role"] == "tool"
-    ]
+    [answer] = tool_messages(model.handler.requests[-1])
     assert "Reports go to the team list" in answer["content"]

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import TIMEOUT_MS, log_in
-from tests.integration.conftest import Stack
-from tests.support.scripted_model import REDIS_QUESTION, RedisScript
+from tests.support.browser import TIMEOUT_MS, log_in
+from tests.support.cast import QUESTION
+from tests.support.scripted_model import RedisScript
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -27,7 +28,7 @@ def test_alice_watches_the_redis_question_run_live_and_finds_it_after_a_reload(
     model = served(RedisScript(), latency_s=0.4)
     page = log_in(browser, stack, "alice")
 
-    page.fill("#message", REDIS_QUESTION)
+    page.fill("#message", QUESTION)
     page.press("#message", "Enter")
 
     # Steps arrive live, while the run is still going.
@@ -75,7 +76,7 @@ def test_alice_watches_the_redis_question_run_live_and_finds_it_after_a_reload(
     page.reload()
     check_steps()
     expect(page.locator("[data-reply]").first).to_contain_text("1088")
-    expect(page.locator(".bubble.user").first).to_have_text(REDIS_QUESTION)
+    expect(page.locator(".bubble.user").first).to_have_text(QUESTION)
 
     # A follow-up in the same conversation sees the earlier turn.
     page.fill("#message", FOLLOW_UP)
@@ -88,6 +89,6 @@ def test_alice_watches_the_redis_question_run_live_and_finds_it_after_a_reload(
     )
     sent = model.handler.requests[-1]["messages"]
     contents = [m.get("content") for m in sent]
-    assert REDIS_QUESTION in contents
-    assert any("1088" in str(c) for c in contents if c != REDIS_QUESTION)
+    assert QUESTION in contents
+    assert any("1088" in str(c) for c in contents if c != QUESTION)
     page.screenshot(path="/tmp/reach-chat-follow-up.png", full_page=True)

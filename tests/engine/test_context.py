@@ -3,35 +3,47 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from engine.canonical import dumps
 from engine.context import DATA_NOTICE, TokenEstimator, estimate_chars_tokens
 from engine.loop import Outcome
 from engine.memory import MemoryJournal
-from engine.model_client import ModelReply
 from engine.spec import Limits, StepKind, StepRecord, StepStatus, StopReason
-
-from .fakes import FakeModel, call, calls, journal, make_engine, spec, text
+from tests.support.engine_doubles import (
+    FakeModel,
+    content_tokens,
+    journal,
+    make_engine,
+    spec,
+    steps_of,
+)
+from tests.support.replies import text, tool_call, tool_calls
 
 SYSTEM = "You are the budget assistant. Never invent numbers."
 GOAL = "Find the budget expression in the project notes and compute the total."
 
 
-class CountingModel(FakeModel):
+def counting_model(replies: list[Any]) -> FakeModel:
     """Reports prompt tokens the way the scripted server does: content chars / 4."""
+    return FakeModel(replies, prompt_tokens=content_tokens)
 
-    def complete(
-        self,
-        *,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        model: str,
-    ) -> ModelReply:
-        chars = sum(len(str(m.get("content") or "")) for m in messages)
-        self.prompt_tokens = chars // 4 + 1
-        return super().complete(messages=messages, tools=tools, model=model)
+
+def run_lookups(
+    model: FakeModel, budget: int, **limits: Any
+) -> tuple[MemoryJournal, Outcome]:
+    """Advance the budget goal once, with the large-result ``lookup`` tool."""
+    engine = make_engine(
+        model,
+        {"lookup": (spec("lookup", max_result_chars=8000), lookup)},
+        limits=Limits(context_budget_tokens=budget, **limits),
+    )
+    j = journal(goal=GOAL, system=SYSTEM)
+    return j, engine.advance(j)
+
+
+def compactions(j: MemoryJournal) -> list[StepRecord]:
+    return steps_of(j, StepKind.COMPACTION)
 
 
 def report(number: int) -> dict[str, Any]:
@@ -45,23 +57,14 @@ def lookup(arguments: dict[str, Any], context: Any) -> Any:
     return report(int(arguments["x"]))
 
 
-def compactions(j: MemoryJournal) -> list[StepRecord]:
-    return [s for s in j.steps if s.kind is StepKind.COMPACTION]
-
-
 def test_many_large_results_are_compacted_and_every_request_fits_the_budget():
     budget = 2500
-    model = CountingModel(
-        [call("lookup", {"x": str(i)}) for i in range(8)] + [text("1088")]
+    model = counting_model(
+        [tool_call("lookup", {"x": str(i)}) for i in range(8)] + [text("1088")]
     )
-    engine = make_engine(
-        model,
-        {"lookup": (spec("lookup", max_result_chars=8000), lookup)},
-        limits=Limits(context_budget_tokens=budget, max_steps=20),
-    )
-    j = journal(goal=GOAL, system=SYSTEM)
+    j, outcome = run_lookups(model, budget, max_steps=20)
 
-    assert engine.advance(j) is Outcome.FINISHED
+    assert outcome is Outcome.FINISHED
 
     assert j.finished[:2] == (StopReason.FINAL_ANSWER, "1088")
     assert len(model.requests) == 9
@@ -104,16 +107,10 @@ def test_without_compaction_the_same_run_would_overflow():
 
 def test_the_latest_turns_results_are_shortened_when_older_ones_are_not_enough():
     budget = 2000
-    model = CountingModel(
-        [calls(*[("lookup", {"x": str(i)}) for i in range(4)]), text("done")]
+    model = counting_model(
+        [tool_calls([("lookup", {"x": str(i)}) for i in range(4)]), text("done")]
     )
-    engine = make_engine(
-        model,
-        {"lookup": (spec("lookup", max_result_chars=8000), lookup)},
-        limits=Limits(context_budget_tokens=budget),
-    )
-    j = journal(goal=GOAL, system=SYSTEM)
-    engine.advance(j)
+    j, _ = run_lookups(model, budget)
 
     [compaction] = compactions(j)
     turn = {s.seq for s in j.steps if s.kind is StepKind.TOOL_CALL}
@@ -126,16 +123,14 @@ def test_the_latest_turns_results_are_shortened_when_older_ones_are_not_enough()
 
 def test_a_shortened_repeat_keeps_its_note_to_the_model():
     budget = 1800
-    replies = [call("lookup", {"x": "1"}), call("lookup", {"x": "1"})]
-    replies += [call("lookup", {"x": "2"}), call("lookup", {"x": "3"}), text("ok")]
-    model = CountingModel(replies)
-    engine = make_engine(
-        model,
-        {"lookup": (spec("lookup", max_result_chars=8000), lookup)},
-        limits=Limits(context_budget_tokens=budget),
-    )
-    j = journal(goal=GOAL, system=SYSTEM)
-    engine.advance(j)
+    replies = [tool_call("lookup", {"x": "1"}), tool_call("lookup", {"x": "1"})]
+    replies += [
+        tool_call("lookup", {"x": "2"}),
+        tool_call("lookup", {"x": "3"}),
+        text("ok"),
+    ]
+    model = counting_model(replies)
+    j, _ = run_lookups(model, budget)
     repeat = [s for s in j.steps if s.status is StepStatus.DEDUPLICATED][0]
     replaced = {int(k) for c in compactions(j) for k in c.detail["replaced"]}
     assert repeat.seq in replaced
@@ -152,7 +147,7 @@ def test_older_conversation_turns_are_dropped_before_anything_of_the_goal():
     for i in range(10):
         history.append({"role": "user", "content": f"old question {i} " + "q" * 800})
         history.append({"role": "assistant", "content": f"old answer {i} " + "a" * 800})
-    model = CountingModel([text("ok")])
+    model = counting_model([text("ok")])
     engine = make_engine(model, {}, limits=Limits(context_budget_tokens=1500))
     j = journal(goal=GOAL, system=SYSTEM, history=history)
     engine.advance(j)

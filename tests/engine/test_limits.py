@@ -30,16 +30,31 @@ from engine.spec import (
     StepStatus,
     StopReason,
 )
+from tests.support.engine_doubles import (
+    FakeModel,
+    Hanging,
+    advanced,
+    journal,
+    make_engine,
+    model_calls,
+    spec,
+    tool_steps,
+)
+from tests.support.replies import text, tool_call, tool_calls
+from tests.support.waiting import wait_for
 
-from .fakes import FakeModel, call, calls, journal, make_engine, spec, text
+
+def statuses(j: MemoryJournal) -> list[str]:
+    """The statuses of the tool steps, in order."""
+    return [s.status.value for s in tool_steps(j)]
 
 
-def tool_steps(j: MemoryJournal) -> list[StepRecord]:
-    return [s for s in j.steps if s.kind is StepKind.TOOL_CALL]
-
-
-def model_calls(j: MemoryJournal) -> list[StepRecord]:
-    return [s for s in j.steps if s.kind is StepKind.MODEL_CALL]
+def assert_stopped(j: MemoryJournal, reason: StopReason, says: str) -> None:
+    """The task stopped for ``reason``, with no answer and a message saying ``says``."""
+    stopped, answer, message = j.finished
+    assert stopped is reason
+    assert answer is None
+    assert says in message
 
 
 def tool_messages(request: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -66,6 +81,21 @@ def failing(arguments: dict[str, Any], context: Any) -> Any:
     raise ToolError("upstream said no")
 
 
+def advance_in_pool(engine: Any, j: MemoryJournal, *after: Callable[[], Any]) -> float:
+    """``engine.advance(j)`` with model calls on their own pool, so the engine can
+    abandon one; then ``after`` (releases, joins). -> the seconds it took."""
+    engine.model_pool = ThreadPoolExecutor(2)
+    engine.poll_interval_s = 0.05
+    started = time.monotonic()
+    try:
+        engine.advance(j)
+        return time.monotonic() - started
+    finally:
+        for cleanup in after:
+            cleanup()
+        engine.model_pool.shutdown(wait=True)
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.value = 1000.0
@@ -78,7 +108,7 @@ class FakeClock:
 
 
 def test_max_steps_stops_after_that_many_model_calls_with_a_stop_message():
-    model = FakeModel([call("lookup", {"x": str(i)}) for i in range(10)])
+    model = FakeModel([tool_call("lookup", {"x": str(i)}) for i in range(10)])
     engine = make_engine(
         model, {"lookup": (spec("lookup"), Counter())}, limits=Limits(max_steps=3)
     )
@@ -86,9 +116,7 @@ def test_max_steps_stops_after_that_many_model_calls_with_a_stop_message():
 
     assert engine.advance(j) is Outcome.FINISHED
 
-    reason, answer, message = j.finished
-    assert reason is StopReason.MAX_STEPS
-    assert answer is None and "limit of model steps" in message
+    assert_stopped(j, StopReason.MAX_STEPS, "limit of model steps")
     assert len(model_calls(j)) == 3
     assert len(model.requests) == 3
 
@@ -96,22 +124,18 @@ def test_max_steps_stops_after_that_many_model_calls_with_a_stop_message():
 def test_max_tool_calls_skips_calls_past_the_limit_and_stops_the_task():
     handler = Counter()
     model = FakeModel(
-        [calls(("lookup", {"x": "a"}), ("lookup", {"x": "b"}), ("lookup", {"x": "c"}))]
+        [
+            tool_calls(
+                [("lookup", {"x": "a"}), ("lookup", {"x": "b"}), ("lookup", {"x": "c"})]
+            )
+        ]
     )
-    engine = make_engine(
+    j = advanced(
         model, {"lookup": (spec("lookup"), handler)}, limits=Limits(max_tool_calls=2)
     )
-    j = journal()
 
-    engine.advance(j)
-
-    assert j.finished[0] is StopReason.MAX_TOOL_CALLS
-    assert "limit of tool calls" in j.finished[2]
-    assert [s.status for s in tool_steps(j)] == [
-        StepStatus.SUCCEEDED,
-        StepStatus.SUCCEEDED,
-        StepStatus.SKIPPED,
-    ]
+    assert_stopped(j, StopReason.MAX_TOOL_CALLS, "limit of tool calls")
+    assert statuses(j) == ["succeeded", "succeeded", "skipped"]
     assert tool_steps(j)[2].error_class == "max_tool_calls"
     assert handler.calls == [{"x": "a"}, {"x": "b"}]
     # The stop comes before the model is asked again.
@@ -120,12 +144,10 @@ def test_max_tool_calls_skips_calls_past_the_limit_and_stops_the_task():
 
 def test_max_tool_calls_counts_calls_across_turns():
     handler = Counter()
-    model = FakeModel([call("lookup", {"x": str(i)}) for i in range(5)])
-    engine = make_engine(
+    model = FakeModel([tool_call("lookup", {"x": str(i)}) for i in range(5)])
+    j = advanced(
         model, {"lookup": (spec("lookup"), handler)}, limits=Limits(max_tool_calls=3)
     )
-    j = journal()
-    engine.advance(j)
     assert j.finished[0] is StopReason.MAX_TOOL_CALLS
     assert len(handler.calls) == 3
 
@@ -137,8 +159,8 @@ def test_the_first_repeat_is_answered_from_the_earlier_result_with_a_note():
     handler = Counter()
     model = FakeModel(
         [
-            call("lookup", {"x": "a", "y": 1}),
-            call("lookup", '{"y": 1, "x": "a"}'),  # the same call, keys reordered
+            tool_call("lookup", {"x": "a", "y": 1}),
+            tool_call("lookup", '{"y": 1, "x": "a"}'),  # the same call, keys reordered
             text("done"),
         ]
     )
@@ -149,10 +171,7 @@ def test_the_first_repeat_is_answered_from_the_earlier_result_with_a_note():
             "properties": {"x": {"type": "string"}, "y": {"type": "integer"}},
         },
     )
-    engine = make_engine(model, {"lookup": (lookup, handler)})
-    j = journal()
-
-    engine.advance(j)
+    j = advanced(model, {"lookup": (lookup, handler)})
 
     assert j.finished[0] is StopReason.FINAL_ANSWER
     assert len(handler.calls) == 1
@@ -175,19 +194,11 @@ def test_the_first_repeat_is_answered_from_the_earlier_result_with_a_note():
 
 def test_the_second_repeat_stops_the_task_with_repeated_call():
     handler = Counter()
-    model = FakeModel([call("lookup", {"x": "a"})] * 3 + [text("never")])
-    engine = make_engine(model, {"lookup": (spec("lookup"), handler)})
-    j = journal()
+    model = FakeModel([tool_call("lookup", {"x": "a"})] * 3 + [text("never")])
+    j = advanced(model, {"lookup": (spec("lookup"), handler)})
 
-    engine.advance(j)
-
-    assert j.finished[0] is StopReason.REPEATED_CALL
-    assert "repeating the same call" in j.finished[2]
-    assert [s.status for s in tool_steps(j)] == [
-        StepStatus.SUCCEEDED,
-        StepStatus.DEDUPLICATED,
-        StepStatus.SKIPPED,
-    ]
+    assert_stopped(j, StopReason.REPEATED_CALL, "repeating the same call")
+    assert statuses(j) == ["succeeded", "deduplicated", "skipped"]
     assert tool_steps(j)[2].error_class == "repeated_call"
     assert len(handler.calls) == 1
     assert len(model.requests) == 3
@@ -195,10 +206,10 @@ def test_the_second_repeat_stops_the_task_with_repeated_call():
 
 def test_the_same_tool_with_other_arguments_is_not_a_repeat():
     handler = Counter()
-    model = FakeModel([call("lookup", {"x": str(i)}) for i in range(3)] + [text("ok")])
-    engine = make_engine(model, {"lookup": (spec("lookup"), handler)})
-    j = journal()
-    engine.advance(j)
+    model = FakeModel(
+        [tool_call("lookup", {"x": str(i)}) for i in range(3)] + [text("ok")]
+    )
+    j = advanced(model, {"lookup": (spec("lookup"), handler)})
     assert j.finished[0] is StopReason.FINAL_ANSWER
     assert len(handler.calls) == 3
     assert not [s for s in j.steps if s.kind is StepKind.NOTE]
@@ -216,15 +227,12 @@ def test_three_consecutive_failures_open_the_circuit_for_that_tool():
 
     other = Counter()
     model = FakeModel(
-        [call("flaky", {"x": str(i)}) for i in range(4)]
-        + [call("other", {"x": "fine"}), text("gave up on flaky")]
+        [tool_call("flaky", {"x": str(i)}) for i in range(4)]
+        + [tool_call("other", {"x": "fine"}), text("gave up on flaky")]
     )
-    engine = make_engine(
+    j = advanced(
         model, {"flaky": (spec("flaky"), flaky), "other": (spec("other"), other)}
     )
-    j = journal()
-
-    engine.advance(j)
 
     assert calls_made == ["0", "1", "2"]  # the fourth call was not executed
     fourth = tool_steps(j)[3]
@@ -248,10 +256,8 @@ def test_a_success_resets_the_failure_streak():
             raise ToolError("no")
         return "ok"
 
-    model = FakeModel([call("t", {"x": str(i)}) for i in range(6)] + [text("end")])
-    engine = make_engine(model, {"t": (spec("t"), sometimes)})
-    j = journal()
-    engine.advance(j)
+    model = FakeModel([tool_call("t", {"x": str(i)}) for i in range(6)] + [text("end")])
+    j = advanced(model, {"t": (spec("t"), sometimes)})
     # fail, fail, ok, fail, fail: never three in a row, so all five ran; the
     # sixth comes after three in a row and is refused.
     assert len(ran) == 6
@@ -261,21 +267,21 @@ def test_a_success_resets_the_failure_streak():
 
 def test_tool_error_limit_stops_the_task_when_errors_add_up_across_tools():
     model = FakeModel(
-        [call("a", {"x": "1"}), call("b", {"x": "1"}), call("a", {"x": "2"})]
-        + [call("b", {"x": "2"}), text("never")]
+        [
+            tool_call("a", {"x": "1"}),
+            tool_call("b", {"x": "1"}),
+            tool_call("a", {"x": "2"}),
+        ]
+        + [tool_call("b", {"x": "2"}), text("never")]
     )
-    engine = make_engine(
+    j = advanced(
         model,
         {"a": (spec("a"), failing), "b": (spec("b"), failing)},
         limits=Limits(tool_error_limit=3),
     )
-    j = journal()
 
-    engine.advance(j)
-
-    assert j.finished[0] is StopReason.TOOL_ERROR_LIMIT
-    assert "too many tool errors" in j.finished[2]
-    assert [s.status for s in tool_steps(j)] == [StepStatus.FAILED] * 3
+    assert_stopped(j, StopReason.TOOL_ERROR_LIMIT, "too many tool errors")
+    assert statuses(j) == ["failed"] * 3
     assert len(model.requests) == 3
 
 
@@ -289,7 +295,7 @@ def test_the_time_budget_stops_a_task_whose_active_time_ran_out():
         clock.value += 30  # the tool took half a minute
         return "ok"
 
-    model = FakeModel([call("slow", {"x": str(i)}) for i in range(5)])
+    model = FakeModel([tool_call("slow", {"x": str(i)}) for i in range(5)])
     engine = make_engine(
         model, {"slow": (spec("slow"), slow)}, limits=Limits(time_budget_s=60)
     )
@@ -297,15 +303,14 @@ def test_the_time_budget_stops_a_task_whose_active_time_ran_out():
 
     engine.advance(j)
 
-    assert j.finished[0] is StopReason.TIME_BUDGET
-    assert "time budget" in j.finished[2]
+    assert_stopped(j, StopReason.TIME_BUDGET, "time budget")
     assert len(tool_steps(j)) == 2
 
 
 def test_time_parked_waiting_for_approval_is_not_counted_against_the_budget():
     clock = FakeClock()
     email = spec("send_email", risk=Risk.IRREVERSIBLE, approval=ApprovalMode.ALWAYS)
-    model = FakeModel([call("send_email", {"x": "hi"}), text("sent")])
+    model = FakeModel([tool_call("send_email", {"x": "hi"}), text("sent")])
     engine = make_engine(
         model,
         {"send_email": (email, lambda a, c: {"sent": True})},
@@ -328,24 +333,11 @@ def test_time_parked_waiting_for_approval_is_not_counted_against_the_budget():
 
 
 def test_the_time_budget_abandons_a_model_call_that_outlives_it():
-    release = threading.Event()
-
-    def thinking(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        release.wait(30)
-        return text("too late")
-
-    model = FakeModel([thinking])
-    engine = make_engine(model, {}, limits=Limits(time_budget_s=0.3))
-    engine.model_pool = ThreadPoolExecutor(2)
-    engine.poll_interval_s = 0.05
+    thinking = Hanging(text("too late"))
+    engine = make_engine(FakeModel([thinking]), {}, limits=Limits(time_budget_s=0.3))
     j = journal()
-    started = time.monotonic()
-    try:
-        engine.advance(j)
-        elapsed = time.monotonic() - started
-    finally:
-        release.set()
-        engine.model_pool.shutdown(wait=True)
+
+    elapsed = advance_in_pool(engine, j, thinking.release)
 
     assert j.finished[0] is StopReason.TIME_BUDGET
     assert elapsed < 5
@@ -354,19 +346,15 @@ def test_the_time_budget_abandons_a_model_call_that_outlives_it():
 
 def test_the_token_budget_stops_when_prompt_and_completion_tokens_reach_it():
     model = FakeModel(
-        [call("lookup", {"x": str(i)}) for i in range(5)],
+        [tool_call("lookup", {"x": str(i)}) for i in range(5)],
         prompt_tokens=100,
         completion_tokens=50,
     )
-    engine = make_engine(
+    j = advanced(
         model, {"lookup": (spec("lookup"), Counter())}, limits=Limits(token_budget=300)
     )
-    j = journal()
 
-    engine.advance(j)
-
-    assert j.finished[0] is StopReason.TOKEN_BUDGET
-    assert "token budget" in j.finished[2]
+    assert_stopped(j, StopReason.TOKEN_BUDGET, "token budget")
     assert len(model.requests) == 2
     assert j.usage.total_tokens == 300
 
@@ -381,7 +369,7 @@ def test_a_cancelled_task_stops_at_the_next_step_boundary():
         j.cancelled = True  # the user pressed Cancel while the tool ran
         return "ok"
 
-    model = FakeModel([call("lookup", {"x": "a"}), text("never asked")])
+    model = FakeModel([tool_call("lookup", {"x": "a"}), text("never asked")])
     engine = make_engine(model, {"lookup": (spec("lookup"), Counter(cancel_after))})
 
     engine.advance(j)
@@ -401,7 +389,7 @@ def test_a_cancel_between_writes_keeps_the_later_writes_from_running():
         return "written"
 
     ticket = spec("ticket", risk=Risk.WRITE)
-    model = FakeModel([calls(("ticket", {"x": "1"}), ("ticket", {"x": "2"}))])
+    model = FakeModel([tool_calls([("ticket", {"x": "1"}), ("ticket", {"x": "2"})])])
     engine = make_engine(model, {"ticket": (ticket, write)})
 
     engine.advance(j)
@@ -412,33 +400,16 @@ def test_a_cancel_between_writes_keeps_the_later_writes_from_running():
 
 def test_cancel_abandons_an_in_flight_model_call():
     j = journal()
-    asked = threading.Event()
-    release = threading.Event()
-
-    def hang(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        asked.set()
-        release.wait(30)
-        return text("too late")
-
-    model = FakeModel([hang])
-    engine = make_engine(model, {})
-    engine.model_pool = ThreadPoolExecutor(2)
-    engine.poll_interval_s = 0.05
+    thinking = Hanging(text("too late"))
+    engine = make_engine(FakeModel([thinking]), {})
 
     def cancel_when_asked() -> None:
-        asked.wait(10)
+        thinking.asked.wait(10)
         j.cancelled = True
 
     canceller = threading.Thread(target=cancel_when_asked)
     canceller.start()
-    started = time.monotonic()
-    try:
-        engine.advance(j)
-        elapsed = time.monotonic() - started
-    finally:
-        release.set()
-        canceller.join()
-        engine.model_pool.shutdown(wait=True)
+    elapsed = advance_in_pool(engine, j, thinking.release, canceller.join)
 
     assert j.finished[0] is StopReason.CANCELLED
     assert elapsed < 5
@@ -449,13 +420,8 @@ def test_cancel_abandons_an_in_flight_model_call():
 
 
 def test_a_hung_handler_is_abandoned_at_its_timeout_and_the_task_goes_on():
-    release = threading.Event()
-
-    def hang(arguments: dict[str, Any], context: Any) -> Any:
-        release.wait(30)
-        return "late"
-
-    model = FakeModel([call("hang", {"x": "1"}), text("gave up")])
+    hang = Hanging()
+    model = FakeModel([tool_call("hang", {"x": "1"}), text("gave up")])
     executor = Executor(max_threads=4)
     engine = make_engine(
         model, {"hang": (spec("hang", timeout_s=0.2), hang)}, executor=executor
@@ -471,24 +437,18 @@ def test_a_hung_handler_is_abandoned_at_its_timeout_and_the_task_goes_on():
     assert "did not answer within 0.2 s" in step.error
     assert j.finished == (StopReason.FINAL_ANSWER, "gave up", None)
     assert executor.abandoned == 1
-    release.set()
-    deadline = time.monotonic() + 5
-    while executor.abandoned and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert executor.abandoned == 0  # the thread came back and was counted off
+    hang.release()
+    # The thread comes back and is counted off.
+    wait_for(lambda: executor.abandoned == 0, 5, interval=0.01)
+    assert executor.abandoned == 0
 
 
 def test_past_the_abandoned_thread_cap_further_calls_fail_at_once():
-    release = threading.Event()
-    started: list[str] = []
-
-    def hang(arguments: dict[str, Any], context: Any) -> Any:
-        started.append(arguments["x"])
-        release.wait(30)
-        return "late"
-
+    hang = Hanging()
     executor = Executor(max_threads=8, max_abandoned=2)
-    model = FakeModel([call("hang", {"x": str(i)}) for i in range(3)] + [text("ok")])
+    model = FakeModel(
+        [tool_call("hang", {"x": str(i)}) for i in range(3)] + [text("ok")]
+    )
     engine = make_engine(
         model,
         {"hang": (spec("hang", timeout_s=0.2), hang)},
@@ -499,32 +459,27 @@ def test_past_the_abandoned_thread_cap_further_calls_fail_at_once():
     try:
         engine.advance(j)
     finally:
-        release.set()
+        hang.release()
 
-    assert started == ["0", "1"]  # the third never reached a thread
+    assert hang.started == ["0", "1"]  # the third never reached a thread
     third = tool_steps(j)[2]
     assert third.error_class == "overloaded"
     assert third.attempts[0]["duration_ms"] == 0.0
 
 
 def test_a_call_that_timed_out_while_queued_never_runs_later():
-    release = threading.Event()
-    ran: list[str] = []
-
-    def hang(arguments: dict[str, Any], context: Any) -> Any:
-        ran.append(arguments["x"])
-        release.wait(30)
-        return "late"
-
+    hang = Hanging()
     executor = Executor(max_threads=1, max_abandoned=5)
     hang_spec = spec("hang", timeout_s=0.2)
-    model = FakeModel([call("hang", {"x": "a"}), call("hang", {"x": "b"}), text("ok")])
+    model = FakeModel(
+        [tool_call("hang", {"x": "a"}), tool_call("hang", {"x": "b"}), text("ok")]
+    )
     engine = make_engine(model, {"hang": (hang_spec, hang)}, executor=executor)
     engine.advance(journal())
-    release.set()
+    hang.release()
     executor.shutdown()
     executor._pool.shutdown(wait=True)
-    assert ran == ["a"]
+    assert hang.started == ["a"]
     assert executor.abandoned == 0
 
 
@@ -544,12 +499,10 @@ def test_read_only_retries_back_off_exponentially_with_jitter(monkeypatch):
         return "fine"
 
     executor = Executor(backoff_base_s=1.0, backoff_cap_s=60, sleep=sleeps.append)
-    model = FakeModel([call("flaky", {"x": "1"}), text("ok")])
-    engine = make_engine(
+    model = FakeModel([tool_call("flaky", {"x": "1"}), text("ok")])
+    j = advanced(
         model, {"flaky": (spec("flaky", max_retries=3), flaky)}, executor=executor
     )
-    j = journal()
-    engine.advance(j)
 
     # base * 2**(n-1), scaled into [0.5, 1) by the jitter.
     assert sleeps == pytest.approx([0.5, 2 * (0.5 + 0.999 / 2)])
@@ -570,8 +523,10 @@ def test_an_idempotent_write_is_retried_but_a_plain_write_is_not():
 
         return handler
 
-    model = FakeModel([calls(("keyed", {"x": "1"}), ("plain", {"x": "1"})), text("ok")])
-    engine = make_engine(
+    model = FakeModel(
+        [tool_calls([("keyed", {"x": "1"}), ("plain", {"x": "1"})]), text("ok")]
+    )
+    j = advanced(
         model,
         {
             "keyed": (
@@ -582,8 +537,6 @@ def test_an_idempotent_write_is_retried_but_a_plain_write_is_not():
         },
         executor=Executor(backoff_base_s=0.001),
     )
-    j = journal()
-    engine.advance(j)
     assert tries == {"keyed": 3, "plain": 1}
     keyed, plain = tool_steps(j)
     assert len(keyed.attempts) == 3 and len(plain.attempts) == 1
@@ -591,7 +544,7 @@ def test_an_idempotent_write_is_retried_but_a_plain_write_is_not():
 
 def test_a_tool_error_meant_for_the_model_is_not_retried():
     handler = Counter(lambda a: (_ for _ in ()).throw(ToolError("bad input")))
-    model = FakeModel([call("t", {"x": "1"}), text("ok")])
+    model = FakeModel([tool_call("t", {"x": "1"}), text("ok")])
     engine = make_engine(
         model,
         {"t": (spec("t", max_retries=3), handler)},
@@ -606,12 +559,8 @@ def test_a_tool_error_meant_for_the_model_is_not_retried():
 
 def test_an_oversize_result_reaches_the_model_truncated_with_an_explicit_marker():
     big = "x" * 500
-    model = FakeModel([call("big", {"x": "1"}), text("ok")])
-    engine = make_engine(
-        model, {"big": (spec("big", max_result_chars=100), lambda a, c: big)}
-    )
-    j = journal()
-    engine.advance(j)
+    model = FakeModel([tool_call("big", {"x": "1"}), text("ok")])
+    j = advanced(model, {"big": (spec("big", max_result_chars=100), lambda a, c: big)})
 
     content = tool_messages(model.requests[1])[-1]["content"]
     sent = json.loads(content)
@@ -629,8 +578,8 @@ def test_result_fields_trim_a_structured_result_to_the_fields_that_matter():
         "internal": {"etag": "abc", "debug": [1, 2, 3]},
         "address": {"city": "Paris", "zip": "75001"},
     }
-    model = FakeModel([call("user", {"x": "1"}), text("ok")])
-    engine = make_engine(
+    model = FakeModel([tool_call("user", {"x": "1"}), text("ok")])
+    j = advanced(
         model,
         {
             "user": (
@@ -639,8 +588,6 @@ def test_result_fields_trim_a_structured_result_to_the_fields_that_matter():
             )
         },
     )
-    j = journal()
-    engine.advance(j)
     assert tool_steps(j)[0].result == {"name": "Ada", "address": {"city": "Paris"}}
     assert json.loads(tool_messages(model.requests[1])[-1]["content"]) == {
         "name": "Ada",
@@ -650,17 +597,17 @@ def test_result_fields_trim_a_structured_result_to_the_fields_that_matter():
 
 def test_result_fields_apply_to_each_item_of_a_list():
     rows = [{"title": "a", "body": "long"}, {"title": "b", "body": "longer"}]
-    model = FakeModel([call("rows", {"x": "1"}), text("ok")])
-    engine = make_engine(
+    model = FakeModel([tool_call("rows", {"x": "1"}), text("ok")])
+    j = advanced(
         model, {"rows": (spec("rows", result_fields=("/title",)), lambda a, c: rows)}
     )
-    j = journal()
-    engine.advance(j)
     assert tool_steps(j)[0].result == [{"title": "a"}, {"title": "b"}]
 
 
 def test_a_repeated_call_gets_the_earlier_result_within_the_same_size_limit():
-    model = FakeModel([call("big", {"x": "1"}), call("big", {"x": "1"}), text("ok")])
+    model = FakeModel(
+        [tool_call("big", {"x": "1"}), tool_call("big", {"x": "1"}), text("ok")]
+    )
     engine = make_engine(
         model, {"big": (spec("big", max_result_chars=100), lambda a, c: "y" * 500)}
     )
@@ -694,7 +641,7 @@ def test_a_cached_read_only_result_is_served_from_the_cache_and_marked_cached():
     handler = Counter()
     weather = spec("weather", cache_ttl_s=300)
     for _ in range(2):
-        model = FakeModel([call("weather", {"x": "Paris"}), text("sunny")])
+        model = FakeModel([tool_call("weather", {"x": "Paris"}), text("sunny")])
         engine = make_engine(
             model, {"weather": (weather, handler)}, executor=Executor(cache=cache)
         )
@@ -711,7 +658,7 @@ def test_writes_are_never_cached_even_with_a_ttl():
     handler = Counter()
     ticket = spec("ticket", risk=Risk.WRITE, cache_ttl_s=300)
     for _ in range(2):
-        model = FakeModel([call("ticket", {"x": "a"}), text("ok")])
+        model = FakeModel([tool_call("ticket", {"x": "a"}), text("ok")])
         make_engine(
             model, {"ticket": (ticket, handler)}, executor=Executor(cache=cache)
         ).advance(journal())
@@ -742,15 +689,13 @@ class Limited:
 def test_a_rate_limited_call_is_an_observation_to_wait_not_a_crash_or_an_error():
     handler = Counter()
     limiter = Limited(42)
-    model = FakeModel([call("api", {"x": "1"}), text("I will try later")])
-    engine = make_engine(
+    model = FakeModel([tool_call("api", {"x": "1"}), text("I will try later")])
+    j = advanced(
         model,
         {"api": (spec("api", rate_limit_per_min=5), handler)},
         executor=Executor(rate_limiter=limiter),
         limits=Limits(tool_error_limit=1),
     )
-    j = journal()
-    engine.advance(j)
 
     assert handler.calls == []
     assert limiter.asked == [("api", 5)]
@@ -781,14 +726,12 @@ def test_read_only_calls_run_concurrently_but_no_more_than_the_bound():
         return arguments["x"]
 
     names = [str(i) for i in range(6)]
-    model = FakeModel([calls(*[("read", {"x": n}) for n in names]), text("ok")])
-    engine = make_engine(
+    model = FakeModel([tool_calls([("read", {"x": n}) for n in names]), text("ok")])
+    j = advanced(
         model,
         {"read": (spec("read", timeout_s=6), read)},
         limits=Limits(parallel_tool_calls=2),
     )
-    j = journal()
-    engine.advance(j)
 
     assert active[1] == 2
     assert [s.result for s in tool_steps(j)] == names
@@ -812,10 +755,8 @@ def test_writes_run_one_by_one_in_the_models_order_and_reads_around_them_wait():
     write = spec("write", risk=Risk.WRITE, timeout_s=5)
     order = [("read", "r1"), ("read", "r2"), ("write", "w1"), ("write", "w2")]
     order += [("read", "r3")]
-    model = FakeModel([calls(*[(n, {"x": x}) for n, x in order]), text("ok")])
-    engine = make_engine(model, {"read": (read, handler), "write": (write, handler)})
-    j = journal()
-    engine.advance(j)
+    model = FakeModel([tool_calls([(n, {"x": x}) for n, x in order]), text("ok")])
+    j = advanced(model, {"read": (read, handler), "write": (write, handler)})
 
     def at(entry: str) -> int:
         return log.index(entry)
@@ -834,7 +775,7 @@ def test_a_resumed_run_never_repeats_a_completed_tool_call():
     handler = Counter()
     # The answer of the model call cut short by the crash was never recorded, so
     # that call is made again; the tool call before it is not.
-    model = FakeModel([call("lookup", {"x": "a"}), text("lost"), text("done")])
+    model = FakeModel([tool_call("lookup", {"x": "a"}), text("lost"), text("done")])
     engine = make_engine(model, {"lookup": (spec("lookup"), handler)})
     j = journal()
     # The worker dies right after the tool's result was committed.
@@ -860,7 +801,7 @@ def test_a_resumed_run_never_repeats_a_completed_tool_call():
 def test_a_write_that_was_running_when_the_worker_died_goes_to_a_human():
     ran: list[str] = []
     ticket = spec("ticket", risk=Risk.WRITE)
-    model = FakeModel([call("ticket", {"x": "a"}), text("done")])
+    model = FakeModel([tool_call("ticket", {"x": "a"}), text("done")])
     engine = make_engine(model, {"ticket": (ticket, lambda a, c: ran.append("x"))})
     j = journal()
     original = j.update

@@ -8,33 +8,30 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from engine.execution import Executor
 from engine.loop import Outcome
 from engine.spec import ApprovalMode, Limits, Risk, StepKind, StepStatus, StopReason
-
-from .fakes import (
+from tests.support.engine_doubles import (
     FakeModel,
-    calculate_handler,
-    calculator_spec,
-    call,
-    calls,
+    Hanging,
+    advanced,
+    calculator,
     journal,
     make_engine,
     model_error,
     spec,
-    text,
+    tool_steps,
 )
-
-
-def tool_steps(j):
-    return [s for s in j.steps if s.kind is StepKind.TOOL_CALL]
+from tests.support.replies import text, tool_call, tool_calls
 
 
 def test_a_tool_call_is_executed_and_its_result_goes_back_as_a_tool_message():
     model = FakeModel(
-        [call("calculate", {"expression": "128 * 6 + 320"}), text("1088")]
+        [tool_call("calculate", {"expression": "128 * 6 + 320"}), text("1088")]
     )
-    engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
+    engine = make_engine(model, calculator())
     j = journal()
 
     assert engine.advance(j) is Outcome.FINISHED
@@ -56,16 +53,16 @@ def test_a_tool_call_is_executed_and_its_result_goes_back_as_a_tool_message():
 def test_seqs_are_assigned_at_planning_in_call_order():
     model = FakeModel(
         [
-            calls(
-                ("calculate", {"expression": "1+1"}),
-                ("calculate", {"expression": "2+2"}),
+            tool_calls(
+                [
+                    ("calculate", {"expression": "1+1"}),
+                    ("calculate", {"expression": "2+2"}),
+                ],
             ),
             text("done"),
         ]
     )
-    engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
-    j = journal()
-    engine.advance(j)
+    j = advanced(model, calculator())
     kinds = [(s.seq, s.kind.value, s.call_index) for s in j.steps]
     assert kinds == [
         (1, "model_call", None),
@@ -75,102 +72,102 @@ def test_seqs_are_assigned_at_planning_in_call_order():
     ]
 
 
+def the_call(reply: Any, tools: dict[str, Any]) -> tuple[Any, FakeModel]:
+    """Run one turn calling ``reply``'s tool, then "ok"; its step and the model."""
+    model = FakeModel([reply, text("ok")])
+    j = journal()
+    make_engine(model, tools).advance(j)
+    assert j.finished[0] is StopReason.FINAL_ANSWER
+    [step] = tool_steps(j)
+    return step, model
+
+
 def test_a_tool_that_raises_becomes_an_error_observation():
     def boom(arguments: dict[str, Any], context: Any) -> Any:
         raise RuntimeError("disk on fire")
 
-    model = FakeModel([call("boom", {"x": "1"}), text("sorry")])
-    engine = make_engine(model, {"boom": (spec("boom"), boom)})
-    j = journal()
-    engine.advance(j)
-    [step] = tool_steps(j)
+    step, model = the_call(
+        tool_call("boom", {"x": "1"}), {"boom": (spec("boom"), boom)}
+    )
     assert step.status is StepStatus.FAILED
     assert "disk on fire" in step.error
-    assert j.finished[0] is StopReason.FINAL_ANSWER
     assert "error" in json.loads(model.requests[1][-1]["content"])
 
 
 def test_a_tool_that_hangs_past_its_timeout_is_abandoned():
-    release = threading.Event()
-
-    def hang(arguments: dict[str, Any], context: Any) -> Any:
-        release.wait(10)
-        return "late"
-
-    model = FakeModel([call("hang", {"x": "1"}), text("gave up")])
-    engine = make_engine(model, {"hang": (spec("hang", timeout_s=0.2), hang)})
-    j = journal()
+    hang = Hanging()
     started = time.monotonic()
-    engine.advance(j)
+    step, _ = the_call(
+        tool_call("hang", {"x": "1"}), {"hang": (spec("hang", timeout_s=0.2), hang)}
+    )
     elapsed = time.monotonic() - started
-    release.set()
-    [step] = tool_steps(j)
+    hang.release()
     assert step.status is StepStatus.FAILED
     assert step.error_class == "timeout"
     assert elapsed < 5
 
 
-def test_a_tool_that_returns_garbage_is_an_error_observation():
-    model = FakeModel([call("junk", {"x": "1"}), text("ok")])
-    engine = make_engine(model, {"junk": (spec("junk"), lambda a, c: object())})
-    j = journal()
-    engine.advance(j)
-    [step] = tool_steps(j)
+#: id -> (the call, the tools, its error class, what the error names)
+CANNOT_RUN = {
+    "a tool that returns garbage": (
+        tool_call("junk", {"x": "1"}),
+        {"junk": (spec("junk"), lambda a, c: object())},
+        "bad_result",
+        "",
+    ),
+    "invalid arguments": (
+        tool_call("calculate", {"expr": "1+1"}),
+        calculator(),
+        "invalid_arguments",
+        "expression",  # what is expected
+    ),
+    "malformed json arguments": (
+        tool_call("calculate", '{"expression": "1+1"'),
+        calculator(),
+        "invalid_json",
+        "",
+    ),
+    "an unknown tool": (
+        tool_call("search_web", {"q": "x"}),
+        calculator(),
+        "unknown_tool",
+        "calculate",  # the available tools
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("reply", "tools", "error_class", "says"),
+    list(CANNOT_RUN.values()),
+    ids=list(CANNOT_RUN),
+)
+def test_a_call_that_cannot_run_is_a_failed_step_that_says_why(
+    reply, tools, error_class, says
+):
+    step, _ = the_call(reply, tools)
     assert step.status is StepStatus.FAILED
-    assert step.error_class == "bad_result"
+    assert step.error_class == error_class
+    assert says in step.error
 
 
-def test_invalid_arguments_are_an_error_that_says_what_is_expected():
-    model = FakeModel([call("calculate", {"expr": "1+1"}), text("ok")])
-    engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
-    j = journal()
-    engine.advance(j)
-    [step] = tool_steps(j)
-    assert step.status is StepStatus.FAILED
-    assert step.error_class == "invalid_arguments"
-    assert "expression" in step.error
-
-
-def test_malformed_json_arguments_are_an_error_observation():
-    model = FakeModel([call("calculate", '{"expression": "1+1"'), text("ok")])
-    engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
-    j = journal()
-    engine.advance(j)
-    [step] = tool_steps(j)
-    assert step.status is StepStatus.FAILED
-    assert step.error_class == "invalid_json"
+def test_malformed_json_arguments_are_kept_raw_and_not_parsed():
+    step, _ = the_call(tool_call("calculate", '{"expression": "1+1"'), calculator())
     assert step.arguments is None
     assert step.raw_arguments == '{"expression": "1+1"'
 
 
-def test_an_unknown_tool_gets_an_error_listing_the_available_tools():
-    model = FakeModel([call("search_web", {"q": "x"}), text("ok")])
-    engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
-    j = journal()
-    engine.advance(j)
-    [step] = tool_steps(j)
-    assert step.error_class == "unknown_tool"
-    assert "calculate" in step.error
-
-
 def test_max_steps_stops_the_loop():
-    model = FakeModel([call("calculate", {"expression": f"{i}+1"}) for i in range(10)])
-    engine = make_engine(
-        model,
-        {"calculate": (calculator_spec(), calculate_handler)},
-        limits=Limits(max_steps=3),
+    model = FakeModel(
+        [tool_call("calculate", {"expression": f"{i}+1"}) for i in range(10)]
     )
-    j = journal()
-    engine.advance(j)
+    j = advanced(model, calculator(), limits=Limits(max_steps=3))
     assert j.finished[0] is StopReason.MAX_STEPS
     assert sum(1 for s in j.steps if s.kind is StepKind.MODEL_CALL) == 3
 
 
 def test_a_model_that_stays_down_fails_the_task_with_an_actionable_message():
     model = FakeModel([model_error()])
-    engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
-    j = journal()
-    engine.advance(j)
+    j = advanced(model, calculator())
     assert j.finished[0] is StopReason.MODEL_ERROR
     assert "down" in j.finished[2]
     [step] = j.steps
@@ -185,7 +182,7 @@ def test_a_call_needing_approval_parks_the_run_and_resumes_after_approval():
         return {"sent": True}
 
     email = spec("send_email", risk=Risk.IRREVERSIBLE, approval=ApprovalMode.ALWAYS)
-    model = FakeModel([call("send_email", {"x": "hi"}), text("sent it")])
+    model = FakeModel([tool_call("send_email", {"x": "hi"}), text("sent it")])
     engine = make_engine(model, {"send_email": (email, send)})
     j = journal()
 
@@ -210,7 +207,7 @@ def test_a_call_needing_approval_parks_the_run_and_resumes_after_approval():
 def test_an_approved_call_with_other_arguments_refuses_to_run():
     ran = []
     email = spec("send_email", risk=Risk.IRREVERSIBLE, approval=ApprovalMode.ALWAYS)
-    model = FakeModel([call("send_email", {"x": "hi"}), text("ok")])
+    model = FakeModel([tool_call("send_email", {"x": "hi"}), text("ok")])
     engine = make_engine(model, {"send_email": (email, lambda a, c: ran.append(a))})
     j = journal()
     engine.advance(j)
@@ -228,7 +225,7 @@ def test_an_approved_call_with_other_arguments_refuses_to_run():
 
 def test_rejection_reason_reaches_the_model():
     email = spec("send_email", risk=Risk.IRREVERSIBLE, approval=ApprovalMode.ALWAYS)
-    model = FakeModel([call("send_email", {"x": "hi"}), text("ok, I won't")])
+    model = FakeModel([tool_call("send_email", {"x": "hi"}), text("ok, I won't")])
     engine = make_engine(model, {"send_email": (email, lambda a, c: {"sent": True})})
     j = journal()
     engine.advance(j)
@@ -247,7 +244,7 @@ def test_secrets_are_redacted_from_arguments_before_they_are_persisted():
 
     seen = []
     model = FakeModel(
-        [call("echo", {"x": "key sk-abcdefghijklmnopqrstuv"}), text("ok")]
+        [tool_call("echo", {"x": "key sk-abcdefghijklmnopqrstuv"}), text("ok")]
     )
     engine = make_engine(
         model, {"echo": (spec("echo"), lambda a, c: seen.append(a) or a)}
@@ -271,17 +268,17 @@ def test_read_only_calls_of_one_turn_run_concurrently_and_results_keep_call_orde
 
     model = FakeModel(
         [
-            calls(("slow", {"x": "a"}), ("slow", {"x": "b"}), ("slow", {"x": "c"})),
+            tool_calls(
+                [("slow", {"x": "a"}), ("slow", {"x": "b"}), ("slow", {"x": "c"})]
+            ),
             text("ok"),
         ]
     )
-    engine = make_engine(
+    j = advanced(
         model,
         {"slow": (spec("slow", timeout_s=6), slow)},
         limits=Limits(parallel_tool_calls=4),
     )
-    j = journal()
-    engine.advance(j)
     assert [s.result for s in tool_steps(j)] == ["a", "b", "c"]
     contents = [m["content"] for m in model.requests[1] if m["role"] == "tool"]
     assert contents == ['"a"', '"b"', '"c"']
@@ -296,14 +293,12 @@ def test_the_executor_retries_read_only_tools_with_each_attempt_recorded():
             raise RuntimeError("try again")
         return "fine"
 
-    model = FakeModel([call("flaky", {"x": "1"}), text("ok")])
-    engine = make_engine(
+    model = FakeModel([tool_call("flaky", {"x": "1"}), text("ok")])
+    j = advanced(
         model,
         {"flaky": (spec("flaky", max_retries=3), flaky)},
         executor=Executor(backoff_base_s=0.001),
     )
-    j = journal()
-    engine.advance(j)
     step = tool_steps(j)[0]
     assert step.status is StepStatus.SUCCEEDED
     assert len(step.attempts) == 3
@@ -317,7 +312,7 @@ def test_writes_are_not_retried():
         attempts.append(1)
         raise RuntimeError("nope")
 
-    model = FakeModel([call("flaky", {"x": "1"}), text("ok")])
+    model = FakeModel([tool_call("flaky", {"x": "1"}), text("ok")])
     engine = make_engine(
         model, {"flaky": (spec("flaky", risk=Risk.WRITE, max_retries=3), flaky)}
     )
@@ -326,8 +321,8 @@ def test_writes_are_not_retried():
 
 
 def test_a_resumed_run_continues_from_persisted_steps_without_asking_the_model_again():
-    model = FakeModel([call("calculate", {"expression": "2+2"}), text("4")])
-    engine = make_engine(model, {"calculate": (calculator_spec(), calculate_handler)})
+    model = FakeModel([tool_call("calculate", {"expression": "2+2"}), text("4")])
+    engine = make_engine(model, calculator())
     j = journal()
     # Simulate a crash right after the model reply was persisted.
     original_update = j.update
@@ -351,18 +346,13 @@ def test_a_resumed_run_continues_from_persisted_steps_without_asking_the_model_a
 
 
 def test_a_write_abandoned_at_its_timeout_is_handed_to_an_operator_not_failed():
-    release = threading.Event()
-
-    def stuck_write(arguments: dict[str, Any], context: Any) -> Any:
-        release.wait(10)
-        return {"done": True}
-
+    stuck_write = Hanging(result={"done": True})
     write = spec("stuck_write", risk=Risk.WRITE, timeout_s=0.2)
-    model = FakeModel([call("stuck_write", {"x": "1"}), text("ok")])
+    model = FakeModel([tool_call("stuck_write", {"x": "1"}), text("ok")])
     engine = make_engine(model, {"stuck_write": (write, stuck_write)})
     j = journal()
     assert engine.advance(j) is Outcome.PARKED
-    release.set()
+    stuck_write.release()
     [step] = tool_steps(j)
     assert step.status is StepStatus.WAITING_APPROVAL
     assert step.error_class == "outcome_unknown"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,17 +24,12 @@ from django.utils import timezone
 from effects.models import Ticket, ToolExecution
 from runs import services as runs
 from runs.models import Step, Task
-from tests.integration.conftest import Stack, wait_for
 from tests.support import extra_tools
-from tests.support.scripted_model import (
-    AnyReply,
-    RecordingHandler,
-    ScriptedModel,
-    delay,
-    text,
-    tool_call,
-    tool_names_by_call_id,
-)
+from tests.support.replies import AnyReply, RecordingHandler, delay, text, tool_call
+from tests.support.runs import start
+from tests.support.scripted_model import ScriptedModel, tool_names_by_call_id
+from tests.support.stack import Stack
+from tests.support.waiting import wait_for
 
 TICKET = {"title": "Rotate the cache keys", "body": "Before Friday."}
 SHORT_LEASES = {
@@ -97,8 +92,7 @@ def run_and_kill(
     stack.env["OPENAI_BASE_URL"] = server.base_url
     stack.start_beat()
     first = stack.start_worker("worker-1", concurrency=4)
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="ticket, then lookup")
+    task = start(alice, demo.agent, "ticket, then lookup")
 
     wait_for(kill_when, timeout=30)
     first.kill()  # SIGKILL: no cleanup, no ack, the lease just stops being renewed
@@ -136,41 +130,44 @@ def assert_nothing_ran_twice(task: Task, log: Path, plan: Plan) -> None:
     assert task.lease_epoch >= 2  # a second worker took the run over
 
 
-@pytest.mark.integration
-def test_a_worker_killed_while_a_tool_runs_is_replaced_and_nothing_runs_twice(
-    durable: tuple[Stack, Path], alice: Any, demo: Any
-) -> None:
-    stack, log = durable
-    plan = Plan(lookup_seconds=4, pause_after_ticket=0)
-
-    task, server = run_and_kill(
-        stack, alice, demo, plan, kill_when=lambda: lines(log, "start", "slow_lookup")
-    )
-    try:
-        assert_nothing_ran_twice(task, log, plan)
-        # The cut-short read was started again (it is read-only, safe to retry).
-        assert len(lines(log, "start", "slow_lookup")) == 2
-    finally:
-        server.stop()
+def while_the_lookup_runs(plan: Plan, log: Path) -> Callable[[], Any]:
+    return lambda: lines(log, "start", "slow_lookup")
 
 
-@pytest.mark.integration
-def test_a_worker_killed_between_two_steps_resumes_from_the_last_committed_one(
-    durable: tuple[Stack, Path], alice: Any, demo: Any
-) -> None:
-    stack, log = durable
-    plan = Plan(lookup_seconds=0.1, pause_after_ticket=5)
-
+def after_the_ticket_step(plan: Plan, log: Path) -> Callable[[], Any]:
     def ticket_committed_and_model_asked() -> bool:
         committed = Step.objects.filter(tool="create_ticket", status="succeeded")
         return committed.exists() and len(plan.requests) >= 2
 
-    task, server = run_and_kill(
-        stack, alice, demo, plan, kill_when=ticket_committed_and_model_asked
-    )
+    return ticket_committed_and_model_asked
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("lookup_seconds", "pause_after_ticket", "kill_when", "lookups_started"),
+    [
+        # The cut-short read is started again (it is read-only, safe to retry).
+        pytest.param(4, 0, while_the_lookup_runs, 2, id="while a tool runs"),
+        # The run resumes from the last committed step.
+        pytest.param(0.1, 5, after_the_ticket_step, 1, id="between two steps"),
+    ],
+)
+def test_a_killed_worker_is_replaced_and_nothing_runs_twice(
+    durable: tuple[Stack, Path],
+    alice: Any,
+    demo: Any,
+    lookup_seconds: float,
+    pause_after_ticket: float,
+    kill_when: Callable[[Plan, Path], Callable[[], Any]],
+    lookups_started: int,
+) -> None:
+    stack, log = durable
+    plan = Plan(lookup_seconds=lookup_seconds, pause_after_ticket=pause_after_ticket)
+
+    task, server = run_and_kill(stack, alice, demo, plan, kill_when(plan, log))
     try:
         assert_nothing_ran_twice(task, log, plan)
-        assert len(lines(log, "start", "slow_lookup")) == 1
+        assert len(lines(log, "start", "slow_lookup")) == lookups_started
     finally:
         server.stop()
 
@@ -215,8 +212,7 @@ def test_beat_runs_the_reaper_at_the_configured_interval(settings):
 @pytest.mark.dbsensitive
 def test_the_reaper_requeues_expired_leases_and_lost_enqueues_only(alice, demo):
     def task(status: str, **fields: Any) -> Task:
-        conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-        made = runs.task_start(conversation=conversation, content="hi")
+        made = start(alice, demo.agent)
         Task.objects.filter(pk=made.pk).update(status=status, **fields)
         return made
 
@@ -236,16 +232,15 @@ def test_the_reaper_requeues_expired_leases_and_lost_enqueues_only(alice, demo):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.dbsensitive
 def test_of_many_workers_claiming_one_task_at_once_exactly_one_wins(alice, demo):
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hi")
-    start = threading.Barrier(8, timeout=10)
+    task = start(alice, demo.agent)
+    together = threading.Barrier(8, timeout=10)
     epochs: list[int | None] = []
     lock = threading.Lock()
 
     def claim(number: int) -> None:
         close_old_connections()
         try:
-            start.wait()
+            together.wait()
             epoch = runs.task_claim(task_id=task.pk, owner=f"w{number}")
             with lock:
                 epochs.append(epoch)
@@ -270,8 +265,7 @@ def test_a_heartbeat_keeps_the_lease_of_a_live_run_and_not_of_a_fenced_one(
     alice, demo, settings
 ):
     settings.REACH_HEARTBEAT_S = 0.05
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hi")
+    task = start(alice, demo.agent)
     epoch = runs.task_claim(task_id=task.pk, owner="w1")
     assert epoch is not None
     soon = timezone.now() + timedelta(seconds=1)

@@ -7,31 +7,23 @@ import time
 
 import httpx
 import pytest
-from django.test import Client
 from websockets.sync.client import connect
 
-from tests.integration.conftest import Stack
+from tests.support.cast import QUESTION
+from tests.support.clients import bearer_token, session_cookie
+from tests.support.runs import start
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.integration]
-
-QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
-
-
-def session_cookie(user) -> str:
-    client = Client()
-    client.force_login(user)
-    return client.cookies["sessionid"].value
 
 
 def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
     stack: Stack, alice, api_client_for
 ):
-    from runs.api.auth import token_issue
-
     stack.start_model("redis", latency=0.3)
     stack.start_worker()
     stack.start_web()
-    _, token = token_issue(user=alice)
+    token = bearer_token(alice)
     http = httpx.Client(
         base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
     )
@@ -89,11 +81,9 @@ def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
 def test_the_socket_refuses_a_foreign_origin_and_another_user(
     stack: Stack, alice, bob, demo
 ):
-    from runs import services as runs
 
     stack.start_web()
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hi")
+    task = start(alice, demo.agent)
     ws_url = stack.web_url.replace("http", "ws") + f"/ws/tasks/{task.pk}/"
     for cookie_user, origin in [
         (alice, "http://evil.example.com"),

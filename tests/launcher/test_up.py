@@ -11,10 +11,8 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,28 +22,15 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.ports import free_port, port_listening
+from tests.support.waiting import wait_for
+
 pytestmark = pytest.mark.integration
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILDREN = ("redis", "web", "worker", "beat")
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-
-
-def wait_until(
-    predicate: Callable[[], Any], timeout: float, what: str, log: Path | None = None
-) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail after
-    ``timeout`` seconds (with the launcher's log tail when given)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            tail = log_tail(log) if log is not None else ""
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{tail}")
-        time.sleep(0.1)
 
 
 def log_tail(path: Path, lines: int = 60) -> str:
@@ -55,20 +40,6 @@ def log_tail(path: Path, lines: int = 60) -> str:
     except OSError:
         return "(no launcher output)"
     return "\n".join(text.splitlines()[-lines:])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def pid_alive(pid: int) -> bool:
@@ -135,6 +106,18 @@ class Launcher:
             return None
         return None
 
+    def wait_until(
+        self, predicate: Callable[[], Any], timeout: float, what: str
+    ) -> Any:
+        """Poll ``predicate``; fail with the launcher's log tail after ``timeout``."""
+        return wait_for(
+            predicate,
+            timeout,
+            interval=0.1,
+            what=what,
+            detail=lambda: log_tail(self.log),
+        )
+
     def wait_up(self) -> dict[str, int]:
         """Wait until /healthz says redis is ok, the banner is printed and every
         child is listed in ``var/up.pids``."""
@@ -149,18 +132,16 @@ class Launcher:
             body = self.health()
             return bool(body and body.get("redis") == "ok")
 
-        wait_until(healthy, START_TIMEOUT_S, "/healthz with redis ok", self.log)
-        wait_until(
+        self.wait_until(healthy, START_TIMEOUT_S, "/healthz with redis ok")
+        self.wait_until(
             lambda: "Ctrl-C stops everything" in self.log.read_text(errors="replace"),
             START_TIMEOUT_S,
             "the launcher's banner",
-            self.log,
         )
-        wait_until(
+        self.wait_until(
             lambda: set(CHILDREN) <= set(self.pids()),
             START_TIMEOUT_S,
             "every child in var/up.pids",
-            self.log,
         )
         return self.pids()
 
@@ -286,15 +267,14 @@ def test_crashed_worker_is_restarted(make_launcher: Callable[..., Launcher]) -> 
         pid = launcher.pids().get("worker")
         return pid if pid and pid != old_worker and pid_alive(pid) else None
 
-    replacement = wait_until(new_worker, 30, "a new worker pid", launcher.log)
-    wait_until(
+    replacement = launcher.wait_until(new_worker, 30, "a new worker pid")
+    launcher.wait_until(
         lambda: (
             "worker exited unexpectedly with signal SIGKILL"
             in launcher.log.read_text(errors="replace")
         ),
         10,
         "the crash to be logged",
-        launcher.log,
     )
     assert not pid_alive(old_worker)
     # The other children were left alone.

@@ -25,36 +25,21 @@ from localmodel.chatformat import (
     render_prompt,
     resolve_tool_choice,
 )
+from tests.support.cast import REDIS_NOTES
+from tests.support.openai_tools import function_tool, object_schema
 
-SEARCH_NOTES: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "search_notes",
-        "description": "Search the team's project notes by keyword",
-        "parameters": {
-            "type": "object",
-            "properties": {"keyword": {"type": "string"}},
-            "required": ["keyword"],
-        },
-    },
-}
-CALCULATE: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "calculate",
-        "description": "Evaluate an arithmetic expression",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string"}},
-            "required": ["expression"],
-        },
-    },
-}
-TOOLS: list[dict[str, Any]] = [SEARCH_NOTES, CALCULATE]
-NOTE = (
-    '[{"title": "缓存改造", '
-    '"content": "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。"}]'
+SEARCH_NOTES = function_tool(
+    "search_notes",
+    object_schema({"keyword": {"type": "string"}}, ["keyword"]),
+    "Search the team's project notes by keyword",
 )
+CALCULATE = function_tool(
+    "calculate",
+    object_schema({"expression": {"type": "string"}}, ["expression"]),
+    "Evaluate an arithmetic expression",
+)
+TOOLS: list[dict[str, Any]] = [SEARCH_NOTES, CALCULATE]
+NOTE = json.dumps(REDIS_NOTES, ensure_ascii=False)
 CALL_CALCULATE = 'functions.calculate:\n{"expression": "1"}'
 CALC_ONE_PLUS_ONE = {"name": "calculate", "arguments": '{"expression": "1+1"}'}
 CALC_TWO_PLUS_TWO = {"name": "calculate", "arguments": '{"expression": "2+2"}'}
@@ -342,34 +327,18 @@ def test_message_text_never_starts_a_line_with_a_call(text: str, allowed: bool) 
 
 
 def test_schema_converter_covers_optional_enum_array_and_nested_objects() -> None:
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "create_ticket",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "title": {"type": "string", "maxLength": 80},
-                    "priority": {"enum": ["low", "high"]},
-                    "tags": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "maxItems": 3,
-                    },
-                    "owner": {"$ref": "#/$defs/person"},
-                    "count": {"type": ["integer", "null"]},
-                },
-                "required": ["title"],
-                "$defs": {
-                    "person": {
-                        "type": "object",
-                        "properties": {"name": {"type": "string"}},
-                        "required": ["name"],
-                    }
-                },
-            },
-        },
+    person = object_schema({"name": {"type": "string"}}, ["name"])
+    properties = {
+        "title": {"type": "string", "maxLength": 80},
+        "priority": {"enum": ["low", "high"]},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "owner": {"$ref": "#/$defs/person"},
+        "count": {"type": ["integer", "null"]},
     }
+    tool = function_tool(
+        "create_ticket",
+        object_schema(properties, ["title"], defs={"person": person}),
+    )
     rules = rules_of(build_grammar([tool], ToolChoice("auto")) or "")
     args = rules["args-create-ticket"]
     assert args.startswith('"{" ("\\"title\\": " args-create-ticket-title-string')
@@ -382,21 +351,14 @@ def test_schema_converter_covers_optional_enum_array_and_nested_objects() -> Non
 
 
 def test_recursive_refs_become_recursive_rules() -> None:
-    node = {
-        "type": "object",
-        "properties": {
+    node = object_schema(
+        {
             "value": {"type": "integer"},
             "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
         },
-        "required": ["value"],
-    }
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "tree",
-            "parameters": {"$ref": "#/$defs/node", "$defs": {"node": node}},
-        },
-    }
+        ["value"],
+    )
+    tool = function_tool("tree", {"$ref": "#/$defs/node", "$defs": {"node": node}})
     rules = rules_of(build_grammar([tool], ToolChoice("auto")) or "")
     assert rules["call-tree"] == '"functions.tree:\\n" ref-node'
     assert "ref-node-children" in rules["ref-node"]
@@ -404,16 +366,10 @@ def test_recursive_refs_become_recursive_rules() -> None:
 
 
 def test_all_optional_properties_may_be_omitted() -> None:
-    tool = {
-        "type": "function",
-        "function": {
-            "name": "list_notes",
-            "parameters": {
-                "type": "object",
-                "properties": {"limit": {"type": "integer"}, "tag": {"type": "string"}},
-            },
-        },
-    }
+    tool = function_tool(
+        "list_notes",
+        object_schema({"limit": {"type": "integer"}, "tag": {"type": "string"}}),
+    )
     rules = rules_of(build_grammar([tool], ToolChoice("auto")) or "")
     assert rules["args-list-notes"] == (
         '"{" ("\\"limit\\": " json-integer (", " "\\"tag\\": " json-string)? | '
@@ -422,7 +378,7 @@ def test_all_optional_properties_may_be_omitted() -> None:
 
 
 def test_tool_without_parameters_takes_an_empty_object() -> None:
-    tool = {"type": "function", "function": {"name": "now"}}
+    tool = function_tool("now")
     rules = rules_of(build_grammar([tool], ToolChoice("auto")) or "")
     assert rules["call-now"] == '"functions.now:\\n" "{}"'
 

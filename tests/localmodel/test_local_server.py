@@ -11,61 +11,43 @@ import ast
 import json
 import operator
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from localmodel import MODEL_ALIAS
+from tests.support.cast import QUESTION, REDIS_NOTES
+from tests.support.openai_tools import function_tool, object_schema
 
 # A few seconds per request on an idle machine; minutes when other processes
 # compete for the two cores, hence the generous limits.
 pytestmark = [pytest.mark.localmodel, pytest.mark.timeout(1800)]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_SECONDS = 600.0
 REQUEST_TIMEOUT_SECONDS = 600.0
 
 TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search_notes",
-            "description": "Search the team's project notes by keyword",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "keyword": {"type": "string", "description": "the keyword"}
-                },
-                "required": ["keyword"],
+    function_tool(
+        "search_notes",
+        object_schema(
+            {"keyword": {"type": "string", "description": "the keyword"}}, ["keyword"]
+        ),
+        "Search the team's project notes by keyword",
+    ),
+    function_tool(
+        "calculate",
+        object_schema(
+            {
+                "expression": {
+                    "type": "string",
+                    "description": "the arithmetic expression",
+                }
             },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "calculate",
-            "description": "Evaluate an arithmetic expression",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "expression": {
-                        "type": "string",
-                        "description": "the arithmetic expression",
-                    }
-                },
-                "required": ["expression"],
-            },
-        },
-    },
+            ["expression"],
+        ),
+        "Evaluate an arithmetic expression",
+    ),
 ]
-QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
-NOTES = [
-    {
-        "title": "缓存改造",
-        "content": "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。",
-    }
-]
+NOTES = REDIS_NOTES
 
 _OPERATORS: dict[type, Any] = {
     ast.Add: operator.add,

@@ -11,14 +11,14 @@ import pytest
 
 from engine.safe_eval import evaluate_arithmetic
 from runs import services as runs
+from tests.support.cast import QUESTION
+from tests.support.runs import start
 
 pytestmark = [
     pytest.mark.localmodel,
     pytest.mark.timeout(1800),
     pytest.mark.django_db(transaction=True),
 ]
-
-QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
 
 
 def test_the_local_model_searches_the_notes_calculates_and_answers_1088(
@@ -29,8 +29,7 @@ def test_the_local_model_searches_the_notes_calculates_and_answers_1088(
     settings.OPENAI_MODEL = "qwen2.5-coder-1.5b-instruct"
     settings.REACH_MODEL_TIMEOUT_S = 600.0
     settings.REACH_MODEL_TEMPERATURE = 0.0
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content=QUESTION)
+    task = start(alice, demo.agent, QUESTION)
 
     runs.task_advance(task_id=task.pk)
 

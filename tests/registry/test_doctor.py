@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import socket
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,36 +14,25 @@ from registry.adapters import mcp
 from registry.models import MCPServer, Tool
 from registry.services import tool_confirm
 from tests.support.mcp_server import stdio_command
-from tests.support.scripted_model import Script, ScriptedModel
+from tests.support.ports import free_port
+from tests.support.replies import Script
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.usefixtures("flush_redis")
 
 
 @pytest.fixture
-def scripted(use_model: Any) -> Iterator[Script]:
+def scripted(model: Any) -> Script:
+    """An empty script, serving as the product's model."""
     script = Script([])
-    server = ScriptedModel(script).start()
-    use_model(server)
-    yield script
-    server.stop()
+    model(script)
+    return script
 
 
 @pytest.fixture
 def worker_alive() -> Iterator[None]:
     redis_client().set("reach:worker:celery@box-1", "1", ex=60)
     yield
-
-
-@pytest.fixture(autouse=True)
-def fresh_mcp_sessions() -> Iterator[None]:
-    yield
-    mcp.close_sessions()
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def doctor(capsys: Any, *args: str) -> tuple[int, list[str]]:
@@ -61,14 +48,6 @@ def doctor(capsys: Any, *args: str) -> tuple[int, list[str]]:
 def line(lines: list[str], prefix: str) -> str:
     (found,) = [x for x in lines if x.startswith(prefix)]
     return found
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 @pytest.mark.django_db
@@ -107,7 +86,7 @@ def test_doctor_fails_with_a_reason_when_no_worker_is_running(demo, scripted, ca
 def test_doctor_fails_when_the_model_endpoint_is_down(
     demo, worker_alive, settings, capsys
 ):
-    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{closed_port()}/v1"
+    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{free_port()}/v1"
 
     code, lines = doctor(capsys)
 
@@ -119,7 +98,7 @@ def test_doctor_fails_when_the_model_endpoint_is_down(
 
 @pytest.mark.django_db
 def test_doctor_fails_when_redis_is_down(demo, scripted, settings, capsys):
-    settings.REDIS_URL = f"redis://:hunter2@127.0.0.1:{closed_port()}/0"
+    settings.REDIS_URL = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
 
     code, lines = doctor(capsys)
 
@@ -147,7 +126,7 @@ def test_doctor_checks_that_http_tools_reach_their_host_through_the_guard(
 ):
     port = int(settings.OPENAI_BASE_URL.rsplit(":", 1)[1].split("/")[0])
     http_tool("get_status", f"http://127.0.0.1:{port}/status/{{id}}", ["127.0.0.1"])
-    http_tool("get_gone", f"http://127.0.0.1:{closed_port()}/x", ["127.0.0.1"])
+    http_tool("get_gone", f"http://127.0.0.1:{free_port()}/x", ["127.0.0.1"])
     http_tool("get_internal", f"http://127.0.0.1:{port}/admin", ["example.com"])
 
     code, lines = doctor(capsys)
@@ -173,7 +152,7 @@ def test_doctor_checks_mcp_tools_by_listing_their_server(
         name="orders", transport="stdio", command=stdio_command()
     )
     down = MCPServer.objects.create(
-        name="down", transport="http", url=f"http://127.0.0.1:{closed_port()}/mcp"
+        name="down", transport="http", url=f"http://127.0.0.1:{free_port()}/mcp"
     )
     mcp.mcp_import_tools(server=orders, user=demo.admin)
     tool_confirm(tool=Tool.objects.get(name="lookup_order"), user=demo.admin)
@@ -205,11 +184,11 @@ def test_the_worker_heartbeat_keeps_an_expiring_key_until_stopped():
     key = "reach:worker:celery@beat-test"
     stop = reach_celery.worker_heartbeat_start("celery@beat-test", every_s=0.05)
     try:
-        wait_for(lambda: redis_client().exists(key) == 1)
+        wait_for(lambda: redis_client().exists(key) == 1, 5)
         assert 0 < redis_client().ttl(key) <= reach_celery.WORKER_HEARTBEAT_TTL_S
     finally:
         stop.set()
-    wait_for(lambda: redis_client().exists(key) == 0)
+    wait_for(lambda: redis_client().exists(key) == 0, 5)
 
 
 class FakeConsumer:
@@ -223,7 +202,7 @@ def test_a_ready_worker_starts_beating_and_stops_at_shutdown():
     key = "reach:worker:celery@signal-test"
 
     reach_celery.worker_ready.send(sender=FakeConsumer("celery@signal-test"))
-    wait_for(lambda: redis_client().exists(key) == 1)
+    wait_for(lambda: redis_client().exists(key) == 1, 5)
     reach_celery.worker_shutdown.send(sender=None)
 
-    wait_for(lambda: redis_client().exists(key) == 0)
+    wait_for(lambda: redis_client().exists(key) == 0, 5)

@@ -16,9 +16,10 @@ import pytest
 from infra.logging import JsonFormatter, RedactingFilter
 from registry.models import Tool
 from runs.models import Message, Step, Task
-from tests.registry.servers import Reply
+from tests.support.http_servers import Reply
+from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call
+from tests.support.scripted_model import tool_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,8 +123,8 @@ def test_a_model_calls_a_registered_http_tool_and_gets_the_selected_fields(
     assert step.tool == "lookup_order" and step.status == "succeeded"
     assert step.result == {"order": {"id": "A-17%2Fx", "status": "shipped"}}
     assert server.hits[0].path == "/orders/A-17%2Fx"
-    tool_messages = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
-    assert json.loads(tool_messages[0]["content"]) == step.result
+    results = tool_messages(script.requests[1])
+    assert json.loads(results[0]["content"]) == step.result
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from engine.spec import CallContext
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.models import Tool
 from registry.services import spec_for, tool_clean
-from tests.registry.conftest import PARAMETERS, call, http_tool
-from tests.registry.servers import Reply, Sequence, echo, redirect
+from tests.support.http_servers import Reply, Sequence, echo, redirect
+from tests.support.http_tools import PARAMETERS, call, http_tool
 
 SECRET = "s3cr3t-token-value-0042"
 

@@ -7,7 +7,6 @@ as a stdio subprocess, and over streamable HTTP on a loopback port.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,8 +23,10 @@ from runs import services as runs
 from runs.models import Step
 from tests.support.admin_forms import admin_form_data
 from tests.support.mcp_server import MCPHttpServer, stdio_command
+from tests.support.ports import free_port
+from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call
+from tests.support.scripted_model import tool_messages
 
 ORDER = {"order_id": "A-1001", "status": "shipped", "total_eur": 42.5}
 REMOTE_NAMES = {
@@ -36,14 +37,6 @@ REMOTE_NAMES = {
     "calculate",
     "Server.Status",
 }
-
-
-@pytest.fixture(autouse=True)
-def fresh_mcp_sessions() -> Iterator[None]:
-    """Each test starts its own server sessions (and ends them)."""
-    mcp.close_sessions()
-    yield
-    mcp.close_sessions()
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +64,6 @@ def orders_http(db: Any, http_mcp: MCPHttpServer) -> MCPServer:
     return MCPServer.objects.create(
         name="orders-web", transport="http", url=http_mcp.url
     )
-
-
-def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/mcp"
 
 
 def imported(server: MCPServer) -> dict[str, Tool]:
@@ -367,7 +353,7 @@ def test_a_scripted_model_calls_an_imported_mcp_tool_through_the_loop(
     (offered,) = script.requests[0]["tools"]
     assert offered["function"]["name"] == "lookup_order"
     assert offered["function"]["parameters"]["required"] == ["order_id"]
-    tool_message = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    tool_message = tool_messages(script.requests[1])
     assert json.loads(tool_message[0]["content"]) == ORDER
     (definition,) = task.agent_snapshot["tools"]
     assert definition["mcp"] == {"server": "orders", "tool": "lookup_order"}
@@ -424,7 +410,7 @@ def test_an_error_of_the_mcp_tool_becomes_an_error_observation(
     assert step.status == "failed"
     assert step.error_class == "tool_error"
     assert "No order Z-9" in step.error
-    tool_message = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
+    tool_message = tool_messages(script.requests[1])
     assert "No order Z-9" in tool_message[0]["content"]
 
 
@@ -451,7 +437,7 @@ def test_a_call_to_a_server_that_went_down_fails_with_a_clear_error(demo, alice,
 
 
 def test_listing_a_server_that_is_down_says_it_is_unreachable(db):
-    url = closed_port_url()
+    url = f"http://127.0.0.1:{free_port()}/mcp"
     server = MCPServer.objects.create(name="gone", transport="http", url=url)
 
     with pytest.raises(mcp.MCPUnavailable) as error:

@@ -16,8 +16,8 @@ import pytest
 from engine.execution import RetryableToolError, ToolError
 from registry.adapters import ssrf
 from registry.adapters.ssrf import Blocked
-from tests.registry.conftest import call, http_tool
-from tests.registry.servers import echo, redirect, tls_files
+from tests.support.http_servers import echo, redirect, tls_files
+from tests.support.http_tools import call, http_tool
 
 # -- reading addresses ----------------------------------------------------------------
 
@@ -175,20 +175,36 @@ def test_a_metadata_hostname_is_refused_even_when_listed(dns):
 # -- the address connected --------------------------------------------------------
 
 
-def test_a_hostname_that_resolves_to_loopback_is_refused(local_server, dns):
+@pytest.mark.parametrize(
+    ("name", "answers", "refusal"),
+    [
+        pytest.param(
+            "rebind.example",
+            ["127.0.0.1"],
+            r"rebind.example resolves to 127.0.0.1 \(loop",
+            id="a hostname that resolves to loopback",
+        ),
+        pytest.param(
+            "localhost",
+            ["127.0.0.1", "::1"],
+            "loopback",
+            id="localhost, unless its address is listed",
+        ),
+        pytest.param(
+            "rebind.example",
+            ["93.184.216.34", "127.0.0.1"],
+            "127.0.0.1 \\(loopback\\)",
+            id="one private answer among public ones",
+        ),
+    ],
+)
+def test_a_listed_name_resolving_to_loopback_is_refused_before_connecting(
+    local_server, dns, name, answers, refusal
+):
     server = local_server()
-    dns.set("rebind.example", ["127.0.0.1"])
-    tool = http_tool(server.url("/", host="rebind.example"), ["rebind.example"])
-    with pytest.raises(Blocked, match=r"rebind.example resolves to 127.0.0.1 \(loop"):
-        call(tool, {})
-    assert server.hits == []
-
-
-def test_localhost_is_refused_unless_its_address_is_listed(local_server, dns):
-    server = local_server()
-    dns.set("localhost", ["127.0.0.1", "::1"])
-    tool = http_tool(server.url("/", host="localhost"), ["localhost"])
-    with pytest.raises(Blocked, match="loopback"):
+    dns.set(name, answers)
+    tool = http_tool(server.url("/", host=name), [name])
+    with pytest.raises(Blocked, match=refusal):
         call(tool, {})
     assert server.hits == []
 
@@ -205,15 +221,6 @@ def test_the_connection_goes_to_the_checked_address_without_a_second_lookup(
     assert len(server.hits) == 1
     assert server.hits[0].headers["host"] == f"rebind.example:{server.port}"
     assert dns.lookups == ["rebind.example"]
-
-
-def test_one_private_answer_among_public_ones_refuses_the_name(local_server, dns):
-    server = local_server()
-    dns.set("rebind.example", ["93.184.216.34", "127.0.0.1"])
-    tool = http_tool(server.url("/", host="rebind.example"), ["rebind.example"])
-    with pytest.raises(Blocked, match="127.0.0.1 \\(loopback\\)"):
-        call(tool, {})
-    assert server.hits == []
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import pytest
 from registry.models import Agent, Tool
 from registry.services import tool_save
 from runs import services as runs
-from tests.support.scripted_model import Script, text
+from tests.support.replies import Script, text
+from tests.support.runs import start
 
 DEMO_TOOLS = {"calculate", "search_notes", "create_ticket", "send_email"}
 
@@ -38,8 +39,7 @@ def register(name: str, tags: list[str], **fields: Any) -> Tool:
 def offered_to_model(user: Any, agent: Agent, script: Script) -> set[str]:
     """The tool names the model was offered in the next run of ``agent``."""
     before = len(script.requests)
-    conversation = runs.conversation_create(owner=user, agent=agent)
-    task = runs.task_start(conversation=conversation, content="hello")
+    task = start(user, agent, "hello")
     runs.task_advance(task_id=task.pk)
     request = script.requests[before]
     return {t["function"]["name"] for t in request.get("tools", [])}

@@ -12,7 +12,7 @@ from django.test import Client
 
 from registry.models import Tool
 from registry.services import tool_save
-from tests.registry.servers import Reply
+from tests.support.http_servers import Reply
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

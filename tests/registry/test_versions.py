@@ -10,7 +10,7 @@ from registry.services import tool_save
 from runs import services as runs
 from runs.models import Step
 from tests.support.admin_forms import admin_form_data
-from tests.support.scripted_model import Script, text, tool_call
+from tests.support.replies import Script, text, tool_call
 
 
 def latest(tool: Tool) -> ToolVersion:

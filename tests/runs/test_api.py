@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 
 from runs import services as runs
 from runs.models import Conversation, Task
+from tests.support.runs import start
 
 pytestmark = pytest.mark.django_db
 
@@ -123,8 +124,7 @@ def test_alice_gets_404_for_bobs_conversations_and_tasks(
 def test_the_operator_reads_every_task_but_may_not_cancel_it(
     bob, operator, demo, api_client_for
 ):
-    conversation = runs.conversation_create(owner=bob, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hello")
+    task = start(bob, demo.agent, "hello")
     client = api_client_for(operator)
     assert client.get(f"/api/tasks/{task.pk}/").status_code == 200
     assert client.post(f"/api/tasks/{task.pk}/cancel/").status_code == 403
@@ -160,8 +160,7 @@ def test_task_shape_has_every_key_of_the_api(alice, demo, api_client_for):
 def test_cancel_a_queued_task_finishes_it_and_a_second_cancel_is_409(
     alice, demo, api_client_for
 ):
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hello")
+    task = start(alice, demo.agent, "hello")
     client = api_client_for(alice)
     response = client.post(f"/api/tasks/{task.pk}/cancel/")
     assert response.status_code == 202

@@ -4,76 +4,49 @@ from __future__ import annotations
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from approvals.consumers import ApprovalsConsumer
 from engine.spec import StepKind, StepRecord, StepStatus
 from runs import services as runs
-from runs.consumers import TaskConsumer
+from runs.models import Task
+from tests.support.runs import claimed
+from tests.support.sockets import queue_socket, task_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ORIGIN = (b"origin", b"http://127.0.0.1:8000")
 
-
-def communicator(user, task_id, origin=ORIGIN):
-    app = TaskConsumer.as_asgi()
-    comm = WebsocketCommunicator(
-        app, f"/ws/tasks/{task_id}/", headers=[origin] if origin else []
-    )
-    comm.scope["user"] = user
-    comm.scope["url_route"] = {"kwargs": {"task_id": task_id}}
-    return comm
+def notes(first: int, count: int) -> list[StepRecord]:
+    """``count`` note steps from seq ``first`` on, saying ``note <seq - 1>``."""
+    return [
+        StepRecord(
+            seq=seq,
+            kind=StepKind.NOTE,
+            status=StepStatus.SUCCEEDED,
+            detail={"text": f"note {seq - 1}"},
+        )
+        for seq in range(first, first + count)
+    ]
 
 
 @database_sync_to_async
 def task_with_more_steps(task, count):
-    from runs.models import Task
-
     row = Task.objects.get(pk=task.pk)
     journal = runs.DjangoJournal(row, owner=row.lease_owner, epoch=row.lease_epoch)
-    start = row.steps.count() + 1
-    journal.append(
-        [
-            StepRecord(
-                seq=start + i,
-                kind=StepKind.NOTE,
-                status=StepStatus.SUCCEEDED,
-                detail={"text": f"note {start + i - 1}"},
-            )
-            for i in range(count)
-        ]
-    )
+    journal.append(notes(row.steps.count() + 1, count))
 
 
 @database_sync_to_async
 def task_with_steps(user, agent, count=3):
-    conversation = runs.conversation_create(owner=user, agent=agent)
-    task = runs.task_start(conversation=conversation, content="hello")
-    epoch = runs.task_claim(task_id=task.pk, owner="w")
-    from runs.models import Task
-
-    journal = runs.DjangoJournal(Task.objects.get(pk=task.pk), owner="w", epoch=epoch)
-    journal.append(
-        [
-            StepRecord(
-                seq=i + 1,
-                kind=StepKind.NOTE,
-                status=StepStatus.SUCCEEDED,
-                detail={"text": f"note {i}"},
-            )
-            for i in range(count)
-        ]
-    )
-    return task
+    journal = claimed(user, agent, "hello")
+    journal.append(notes(1, count))
+    return Task.objects.get(pk=journal.task_id)
 
 
 async def test_the_owner_connects_and_resume_sends_every_step_after_the_rev(
     alice, demo
 ):
     task = await task_with_steps(alice, demo.agent)
-    comm = communicator(alice, str(task.pk))
+    comm = task_socket(alice, str(task.pk))
     connected, _ = await comm.connect()
     assert connected
     await comm.send_json_to({"type": "resume", "after": 0})
@@ -92,13 +65,13 @@ async def test_the_owner_connects_and_resume_sends_every_step_after_the_rev(
 
 async def test_bob_cannot_watch_alices_task(alice, bob, demo):
     task = await task_with_steps(alice, demo.agent)
-    connected, _ = await communicator(bob, str(task.pk)).connect()
+    connected, _ = await task_socket(bob, str(task.pk)).connect()
     assert not connected
 
 
 async def test_the_auditor_can_watch_any_task(alice, operator, demo):
     task = await task_with_steps(alice, demo.agent)
-    comm = communicator(operator, str(task.pk))
+    comm = task_socket(operator, str(task.pk))
     connected, _ = await comm.connect()
     assert connected
     await comm.disconnect()
@@ -106,12 +79,12 @@ async def test_the_auditor_can_watch_any_task(alice, operator, demo):
 
 async def test_anonymous_users_and_foreign_origins_are_refused(alice, demo):
     task = await task_with_steps(alice, demo.agent)
-    connected, _ = await communicator(AnonymousUser(), str(task.pk)).connect()
+    connected, _ = await task_socket(AnonymousUser(), str(task.pk)).connect()
     assert not connected
     evil = (b"origin", b"http://evil.example.com")
-    connected, _ = await communicator(alice, str(task.pk), origin=evil).connect()
+    connected, _ = await task_socket(alice, str(task.pk), origin=evil).connect()
     assert not connected
-    connected, _ = await communicator(alice, str(task.pk), origin=None).connect()
+    connected, _ = await task_socket(alice, str(task.pk), origin=None).connect()
     assert not connected
 
 
@@ -121,7 +94,7 @@ async def test_a_poke_sends_every_change_since_the_last_one_then_the_task(alice,
     from infra.push import push, task_group
 
     task = await task_with_steps(alice, demo.agent, count=1)
-    comm = communicator(alice, str(task.pk))
+    comm = task_socket(alice, str(task.pk))
     assert (await comm.connect())[0]
     await task_with_more_steps(task, count=2)
 
@@ -141,12 +114,39 @@ async def test_a_poke_sends_every_change_since_the_last_one_then_the_task(alice,
     await comm.disconnect()
 
 
+async def test_a_burst_of_pokes_sends_each_change_once_in_rev_order(alice, demo):
+    from asgiref.sync import sync_to_async
+
+    from infra.push import push, task_group
+
+    task = await task_with_steps(alice, demo.agent, count=1)
+    comm = task_socket(alice, str(task.pk))
+    assert (await comm.connect())[0]
+    await task_with_more_steps(task, count=3)
+
+    def burst() -> None:
+        sent = [push(task_group(task.pk), {"type": "reach.changed"}) for _ in range(8)]
+        for future in sent:
+            future.result(5)
+
+    await sync_to_async(burst)()
+    received = []
+    while not await comm.receive_nothing(timeout=0.5):
+        received.append(await comm.receive_json_from(timeout=5))
+    steps = [m for m in received if m["type"] == "step"]
+    assert [m["step"]["seq"] for m in steps] == [2, 3, 4]
+    revs = [m["step"]["rev"] for m in steps]
+    assert revs == sorted(revs)
+    # Eight pokes for one change: the coalesced reads send the task at most once
+    # after the steps, never a step twice.
+    tasks = [m for m in received if m["type"] == "task"]
+    assert len(tasks) == 1 and received[-1]["type"] == "task"
+    await comm.disconnect()
+
+
 async def test_only_approvers_connect_to_the_approval_queue(alice, operator, demo):
     for user, allowed in [(operator, True), (alice, False)]:
-        comm = WebsocketCommunicator(
-            ApprovalsConsumer.as_asgi(), "/ws/approvals/", headers=[ORIGIN]
-        )
-        comm.scope["user"] = user
+        comm = queue_socket(user)
         connected, _ = await comm.connect()
         assert connected is allowed
         if connected:

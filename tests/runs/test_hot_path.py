@@ -11,19 +11,11 @@ from django.test.utils import CaptureQueriesContext
 from engine.loop import LeaseLost
 from engine.spec import StepKind, StepRecord, StepStatus, utcnow
 from runs import events as notify
-from runs import services as runs
 from runs.models import Task
 from runs.payloads import task_payload
+from tests.support.runs import claimed
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def claimed(alice: Any, demo: Any) -> runs.DjangoJournal:
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hi")
-    epoch = runs.task_claim(task_id=task.pk, owner="w1")
-    assert epoch is not None
-    return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner="w1", epoch=epoch)
 
 
 def tool_step(seq: int, status: StepStatus) -> StepRecord:
@@ -40,7 +32,7 @@ def tool_step(seq: int, status: StepStatus) -> StepRecord:
 
 
 def test_a_step_update_is_a_fenced_bump_a_read_of_the_rev_and_one_write(alice, demo):
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
 
     with CaptureQueriesContext(connection) as queries:
@@ -54,7 +46,7 @@ def test_a_step_update_is_a_fenced_bump_a_read_of_the_rev_and_one_write(alice, d
 
 
 def test_appending_steps_neither_counts_nor_reads_them_back(alice, demo):
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     with CaptureQueriesContext(connection) as queries:
         journal.append(
             [tool_step(2, StepStatus.RUNNING), tool_step(3, StepStatus.RUNNING)]
@@ -71,7 +63,7 @@ def test_appending_steps_neither_counts_nor_reads_them_back(alice, demo):
 def test_the_task_event_reads_only_its_columns_and_matches_the_full_payload(
     alice, demo
 ):
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     full = task_payload(
         Task.objects.select_related("agent", "owner").get(pk=journal.task_id)
     )
@@ -85,7 +77,7 @@ def test_the_task_event_reads_only_its_columns_and_matches_the_full_payload(
 
 
 def test_a_run_pushes_one_empty_poke_per_write_after_commit(alice, demo, monkeypatch):
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(
         notify, "push", lambda group, message: sent.append((group, message))
@@ -99,7 +91,7 @@ def test_a_run_pushes_one_empty_poke_per_write_after_commit(alice, demo, monkeyp
 def test_nothing_is_pushed_for_a_write_that_rolls_back(alice, demo, monkeypatch):
     from django.db import transaction
 
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     sent: list[Any] = []
     monkeypatch.setattr(notify, "push", lambda group, message: sent.append(message))
     with pytest.raises(RuntimeError), transaction.atomic():
@@ -109,7 +101,7 @@ def test_nothing_is_pushed_for_a_write_that_rolls_back(alice, demo, monkeypatch)
 
 
 def test_a_step_update_by_a_worker_that_lost_its_lease_writes_nothing(alice, demo):
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
     Task.objects.filter(pk=journal.task_id).update(lease_epoch=journal.epoch + 1)
 
@@ -121,7 +113,7 @@ def test_a_step_update_by_a_worker_that_lost_its_lease_writes_nothing(alice, dem
 
 
 def test_control_reports_a_cancel_and_fences_out_a_stale_worker(alice, demo):
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     assert journal.control().cancelled is False
     Task.objects.filter(pk=journal.task_id).update(cancel_requested=True)
     assert journal.control().cancelled is True
@@ -131,7 +123,7 @@ def test_control_reports_a_cancel_and_fences_out_a_stale_worker(alice, demo):
 
 
 def test_an_untrusted_result_taints_the_task_through_the_fast_update(alice, demo):
-    journal = claimed(alice, demo)
+    journal = claimed(alice, demo.agent, owner="w1")
     [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
     journal.update(
         step.copy(status=StepStatus.SUCCEEDED, result=[], detail={"untrusted": True})

@@ -5,21 +5,16 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs import services as runs
-from tests.support.scripted_model import RedisScript, ScriptedModel
+from tests.support.cast import QUESTION
+from tests.support.runs import ask
+from tests.support.scripted_model import RedisScript
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_metrics_count_tasks_tool_calls_and_latencies(alice, demo, use_model):
-    with ScriptedModel(RedisScript()) as server:
-        use_model(server)
-        conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-        task = runs.task_start(
-            conversation=conversation,
-            content="项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。",
-        )
-        runs.task_advance(task_id=task.pk)
+def test_metrics_count_tasks_tool_calls_and_latencies(alice, demo, model):
+    model(RedisScript())
+    ask(alice, demo.agent, QUESTION)
     response = Client().get("/metrics")
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain")

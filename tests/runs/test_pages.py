@@ -6,15 +6,13 @@ import pytest
 from django.test import Client
 
 from runs import services as runs
-from tests.support.scripted_model import RedisScript, ScriptedModel
+from tests.support.cast import QUESTION
+from tests.support.clients import logged_in
+from tests.support.replies import Script, text
+from tests.support.runs import ask
+from tests.support.scripted_model import RedisScript
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def test_pages_need_login():
@@ -36,18 +34,10 @@ def test_login_lands_on_the_chat(demo):
     assert b"Ask the assistant agent" in page.content
 
 
-def test_a_reloaded_conversation_shows_every_step_and_the_answer(
-    alice, demo, use_model
-):
-    with ScriptedModel(RedisScript()) as server:
-        use_model(server)
-        conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-        task = runs.task_start(
-            conversation=conversation,
-            content="项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。",
-        )
-        runs.task_advance(task_id=task.pk)
-    html = logged_in(alice).get(f"/c/{conversation.pk}/").content.decode()
+def test_a_reloaded_conversation_shows_every_step_and_the_answer(alice, demo, model):
+    model(RedisScript())
+    task = ask(alice, demo.agent, QUESTION)
+    html = logged_in(alice).get(f"/c/{task.conversation_id}/").content.decode()
     for seq in range(1, 6):
         assert f'id="step-{task.pk}-{seq}"' in html
     assert "search_notes" in html and "calculate" in html
@@ -97,16 +87,9 @@ def test_pages_send_a_strict_content_security_policy(alice):
     assert "script-src 'self'" in policy and "unsafe-inline" not in policy
 
 
-def test_model_output_is_escaped_in_the_page(alice, demo, use_model):
-    from tests.support.scripted_model import Script, text
-
-    with ScriptedModel(
-        Script([text("<script>alert(1)</script><img src=x onerror=1>")])
-    ) as s:
-        use_model(s)
-        conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-        task = runs.task_start(conversation=conversation, content="<b>hi</b>")
-        runs.task_advance(task_id=task.pk)
-    html = logged_in(alice).get(f"/c/{conversation.pk}/").content.decode()
+def test_model_output_is_escaped_in_the_page(alice, demo, model):
+    model(Script([text("<script>alert(1)</script><img src=x onerror=1>")]))
+    task = ask(alice, demo.agent, "<b>hi</b>")
+    html = logged_in(alice).get(f"/c/{task.conversation_id}/").content.decode()
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
     assert "<b>hi</b>" not in html

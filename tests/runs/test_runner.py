@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -12,12 +13,12 @@ from registry.models import Tool
 from registry.services import tool_save
 from runs import services as runs
 from runs.models import Message, Step, Task
-from tests.support.runs import ask
-from tests.support.scripted_model import RedisScript, Script, text, tool_call
+from tests.support.cast import FOLLOW_UP, QUESTION, TICKET
+from tests.support.replies import Reply, Script, text, tool_call
+from tests.support.runs import ask, claimed, start
+from tests.support.scripted_model import RedisScript, tool_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
 
 
 def test_the_redis_question_runs_search_then_calculate_then_answers(alice, demo, model):
@@ -57,8 +58,8 @@ def test_the_redis_question_runs_search_then_calculate_then_answers(alice, demo,
         "create_ticket",
         "send_email",
     }
-    tool_messages = [m for m in script.requests[1]["messages"] if m["role"] == "tool"]
-    assert "缓存改造" in tool_messages[0]["content"]
+    results = tool_messages(script.requests[1])
+    assert "缓存改造" in results[0]["content"]
     reply = Message.objects.get(task=task, role="assistant")
     assert reply.content == task.final_answer
 
@@ -69,7 +70,7 @@ def test_a_follow_up_in_the_same_conversation_sees_the_earlier_turns(
     script = RedisScript()
     model(script)
     first = ask(alice, demo.agent, QUESTION)
-    second = ask(alice, demo.agent, "刚才的总和再加 12 是多少？", first.conversation)
+    second = ask(alice, demo.agent, FOLLOW_UP, first.conversation)
     assert second.status == "succeeded"
     sent = script.requests[-1]["messages"]
     contents = [m.get("content") for m in sent]
@@ -115,8 +116,7 @@ def test_an_edited_schema_is_used_by_the_next_run(alice, demo, model):
 
 
 def test_a_second_claim_fails_while_the_lease_is_held(alice, demo):
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hi")
+    task = start(alice, demo.agent)
     first = runs.task_claim(task_id=task.pk, owner="w1")
     assert first == 1
     assert runs.task_claim(task_id=task.pk, owner="w2") is None
@@ -127,10 +127,8 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(alice, demo):
 
     from django.utils import timezone
 
-    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
-    task = runs.task_start(conversation=conversation, content="hi")
-    epoch = runs.task_claim(task_id=task.pk, owner="w1")
-    journal = runs.DjangoJournal(Task.objects.get(pk=task.pk), owner="w1", epoch=epoch)
+    journal = claimed(alice, demo.agent, owner="w1")
+    task, epoch = Task.objects.get(pk=journal.task_id), journal.epoch
     Task.objects.filter(pk=task.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -159,21 +157,27 @@ def test_a_model_endpoint_that_stays_down_fails_the_task_with_model_error(
     assert "Cannot reach the model server" in reply.content
 
 
+def ticket_run(model: Any, user: Any, agent: Any, content: str, *before: Reply):
+    """Ask ``content``; the model calls the ``before`` tools, then ``create_ticket``.
+
+    -> the task and its ``create_ticket`` step.
+    """
+    model(Script([*before, tool_call("create_ticket", TICKET), text("done")]))
+    task = ask(user, agent, content)
+    return task, task.steps.get(tool="create_ticket")
+
+
 def test_reading_untrusted_notes_makes_a_later_write_wait_for_approval(
     alice, demo, model
 ):
-    model(
-        Script(
-            [
-                tool_call("search_notes", {"keyword": "Redis"}),
-                tool_call("create_ticket", {"title": "Cache", "body": "Do it"}),
-                text("waiting"),
-            ]
-        )
+    task, ticket_step = ticket_run(
+        model,
+        alice,
+        demo.agent,
+        "make a ticket about the Redis note",
+        tool_call("search_notes", {"keyword": "Redis"}),
     )
-    task = ask(alice, demo.agent, "make a ticket about the Redis note")
     assert task.status == "waiting_approval"
-    ticket_step = task.steps.get(tool="create_ticket")
     assert ticket_step.status == "waiting_approval"
     assert ticket_step.tainted_by == ["search_notes#2"]
     assert task.approvals.get().tainted_by == ["search_notes#2"]
@@ -181,17 +185,8 @@ def test_reading_untrusted_notes_makes_a_later_write_wait_for_approval(
 
 
 def test_create_ticket_runs_directly_in_an_untainted_task_once(alice, demo, model):
-    model(
-        Script(
-            [
-                tool_call("create_ticket", {"title": "Cache", "body": "Do it"}),
-                text("done"),
-            ]
-        )
-    )
-    task = ask(alice, demo.agent, "make a ticket")
+    task, step = ticket_run(model, alice, demo.agent, "make a ticket")
     assert task.status == "succeeded"
-    step = task.steps.get(tool="create_ticket")
     assert step.status == "succeeded"
     assert step.idempotency_key == f"{task.pk}:1:0"
     ticket = Ticket.objects.get()
@@ -210,28 +205,10 @@ def test_steps_api_returns_changes_after_a_rev(alice, demo, model, api_client_fo
     later = client.get(f"/api/tasks/{task.pk}/steps/?after={revs[2]}").json()["steps"]
     assert all(s["rev"] > revs[2] for s in later)
     step = everything[1]
-    for key in [
-        "seq",
-        "rev",
-        "kind",
-        "status",
-        "tool",
-        "call_id",
-        "arguments",
-        "raw_arguments",
-        "proposed_arguments",
-        "result",
-        "error",
-        "attempts",
-        "model",
-        "request_id",
-        "response",
-        "usage",
-        "idempotency_key",
-        "tainted_by",
-        "started_at",
-        "finished_at",
-        "duration_ms",
-    ]:
-        assert key in step
+    assert {
+        "seq", "rev", "kind", "status", "tool", "call_id", "arguments", "raw_arguments",
+        "proposed_arguments", "result", "error", "attempts", "model", "request_id",
+        "response", "usage", "idempotency_key", "tainted_by", "started_at",
+        "finished_at", "duration_ms",
+    } <= set(step)  # fmt: skip
     assert json.loads(step["raw_arguments"]) == {"keyword": "Redis"}

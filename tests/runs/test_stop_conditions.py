@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.utils import timezone
 
 from effects.models import Ticket
@@ -29,7 +28,8 @@ from registry.services import tool_save
 from runs import services as runs
 from runs.models import Message, Step, Task
 from tests.support import extra_tools
-from tests.support.scripted_model import (
+from tests.support.clients import logged_in
+from tests.support.replies import (
     Script,
     delay,
     error,
@@ -37,8 +37,10 @@ from tests.support.scripted_model import (
     text,
     tool_call,
     tool_calls,
-    usage_for,
 )
+from tests.support.runs import ask, start
+from tests.support.scripted_model import tool_messages, usage_for
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,18 +60,6 @@ def limit(agent: Any, **fields: Any) -> None:
     agent.save()
 
 
-def start(user: Any, agent: Any, content: str) -> Task:
-    conversation = runs.conversation_create(owner=user, agent=agent)
-    return runs.task_start(conversation=conversation, content=content)
-
-
-def ask(user: Any, agent: Any, content: str) -> Task:
-    task = start(user, agent, content)
-    runs.task_advance(task_id=task.pk)
-    task.refresh_from_db()
-    return task
-
-
 def steps_of(task: Task) -> list[Step]:
     return list(task.steps.order_by("seq"))
 
@@ -83,18 +73,7 @@ def reply_of(task: Task) -> str:
 
 
 def tool_contents(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.02)
+    return [m["content"] for m in tool_messages(request)]
 
 
 def calc(expression: str) -> Any:
@@ -104,12 +83,18 @@ def calc(expression: str) -> Any:
 # -- stop conditions -----------------------------------------------------------------
 
 
-def test_max_steps_stops_the_task_and_tells_the_user(alice, demo, model):
-    limit(demo.agent, max_steps=2)
-    script = Script([calc(f"{i} + 1") for i in range(5)])
-    model(script)
+def calculating(alice: Any, demo: Any, model: Any, goal: str, **limits: Any):
+    """Ask ``goal`` under these agent limits while the model keeps calculating.
 
-    task = ask(alice, demo.agent, "count for ever")
+    -> the task and the script.
+    """
+    limit(demo.agent, **limits)
+    script = model(Script([calc(f"{i} + 1") for i in range(5)])).handler
+    return ask(alice, demo.agent, goal), script
+
+
+def test_max_steps_stops_the_task_and_tells_the_user(alice, demo, model):
+    task, script = calculating(alice, demo, model, "count for ever", max_steps=2)
 
     assert (task.status, task.stop_reason) == ("stopped", "max_steps")
     assert len(script.requests) == 2
@@ -227,11 +212,7 @@ def test_a_task_parked_for_longer_than_its_budget_resumes_fine(
 
 
 def test_the_token_budget_stops_the_task(alice, demo, model):
-    limit(demo.agent, token_budget=60)
-    script = Script([calc(f"{i} + 1") for i in range(5)])
-    model(script)
-
-    task = ask(alice, demo.agent, "sum things")
+    task, script = calculating(alice, demo, model, "sum things", token_budget=60)
 
     assert (task.status, task.stop_reason) == ("stopped", "token_budget")
     assert task.total_tokens >= 60
@@ -257,7 +238,7 @@ def test_cancel_abandons_an_in_flight_model_call_quickly(
 
     worker = threading.Thread(target=drive)
     worker.start()
-    wait_for(lambda: server.requests)  # the model call is in flight
+    wait_for(lambda: server.requests, 10)  # the model call is in flight
 
     started = time.monotonic()
     response = api_client_for(alice).post(f"/api/tasks/{task.pk}/cancel/")
@@ -558,12 +539,6 @@ def test_many_large_results_are_compacted_and_every_request_fits_the_window(
 # -- stop reasons in the chat and the trace --------------------------------------------
 
 
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def _max_steps(alice: Any, demo: Any, model: Any) -> Task:
     limit(demo.agent, max_steps=1)
     model(Script([calc("1+1")]))
@@ -642,9 +617,7 @@ def test_every_stop_reason_shows_in_the_chat_and_the_trace(
     trace = logged_in(alice).get(f"/traces/{task.pk}/").content.decode()
     assert f'data-testid="stop-reason">{reason}</strong>' in trace
 
-    api = Client()
-    api.force_login(alice)
-    payload = api.get(f"/api/tasks/{task.pk}/").json()
+    payload = logged_in(alice).get(f"/api/tasks/{task.pk}/").json()
     assert (payload["status"], payload["stop_reason"]) == (status, reason)
 
 

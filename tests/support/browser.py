@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.cast import PASSWORD
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -51,3 +53,29 @@ def real_password(user: Any, password: str) -> None:
     hasher = PBKDF2PasswordHasher()
     user.password = hasher.encode(password, hasher.salt())
     user.save(update_fields=["password"])
+
+
+def open_page(browser: Any, site: Any) -> Any:
+    """A page in a new browser context (one person) on ``site.web_url``."""
+    context = browser.new_context(
+        base_url=site.web_url, viewport={"width": 1280, "height": 900}
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    return context.new_page()
+
+
+def sign_in(page: Any, site: Any, username: str) -> Any:
+    """Log ``page`` in as ``username`` through the login form."""
+    from playwright.sync_api import expect
+
+    page.goto("/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{site.web_url}/", timeout=TIMEOUT_MS)
+    return page
+
+
+def log_in(browser: Any, site: Any, username: str) -> Any:
+    """A new browser context logged in through the form; returns its page."""
+    return sign_in(open_page(browser, site), site, username)

@@ -28,13 +28,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
+
+from tests.support.lifecycle import Started
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,7 +168,7 @@ def stdio_command() -> list[str]:
     return [sys.executable, "-m", "tests.support.mcp_server"]
 
 
-class MCPHttpServer:
+class MCPHttpServer(Started):
     """This server over streamable HTTP in a subprocess on a free loopback port."""
 
     def __init__(self, start_timeout_s: float = 30.0) -> None:
@@ -219,17 +220,6 @@ class MCPHttpServer:
                 process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
-
-    def __enter__(self) -> MCPHttpServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":

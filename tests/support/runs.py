@@ -1,18 +1,32 @@
-"""Running tasks in-process in tests, as the ``advance`` Celery task would."""
+"""Runs in-process, as the ``advance`` Celery task would drive them.
+
+Start, advance and ask (start then advance); a claimed journal for writing steps
+by hand; the pending approvals of a task and deciding them; users in a group.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from approvals.models import ApprovalRequest
+from approvals.services import approval_decide
 from runs import services as runs
 from runs.models import Task
+from tests.support.cast import PASSWORD
+
+
+def start(user: Any, agent: Any, content: str = "hi", conversation: Any = None) -> Task:
+    """Record ``content`` as a new task (queued, not advanced)."""
+    conversation = conversation or runs.conversation_create(owner=user, agent=agent)
+    return runs.task_start(conversation=conversation, content=content)
 
 
 def ask(user: Any, agent: Any, content: str, conversation: Any = None) -> Task:
     """Start a task and drive it in-process until it parks or finishes."""
-    conversation = conversation or runs.conversation_create(owner=user, agent=agent)
-    task = runs.task_start(conversation=conversation, content=content)
-    return advance(task)
+    return advance(start(user, agent, content, conversation))
 
 
 def advance(task: Task) -> Task:
@@ -20,3 +34,68 @@ def advance(task: Task) -> Task:
     runs.task_advance(task_id=task.pk)
     task.refresh_from_db()
     return task
+
+
+def claimed(
+    user: Any, agent: Any, content: str = "hi", owner: str = "w"
+) -> runs.DjangoJournal:
+    """The journal of a new task claimed by worker ``owner``, to write steps to."""
+    task = start(user, agent, content)
+    epoch = runs.task_claim(task_id=task.pk, owner=owner)
+    assert epoch is not None
+    return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner=owner, epoch=epoch)
+
+
+class Waiting(NamedTuple):
+    """A task parked on approvals: the task, its pending requests, the model."""
+
+    task: Task
+    approvals: list[ApprovalRequest]
+    script: Any
+
+
+class Exported(NamedTuple):
+    """A run exported as a trace document, and the client that exported it."""
+
+    task: Task
+    client: Any
+    document: dict[str, Any]
+
+
+def pending(task: Task) -> list[ApprovalRequest]:
+    """The task's pending approval requests, in step order."""
+    return list(
+        ApprovalRequest.objects.filter(
+            task=task, status=ApprovalRequest.Status.PENDING
+        ).order_by("step__seq")
+    )
+
+
+def decide(
+    task: Task,
+    user: Any,
+    decision: str,
+    *,
+    arguments: dict[str, Any] | None = None,
+    reason: str = "",
+) -> Task:
+    """Decide the task's (first) pending approval, then let the run go on."""
+    waiting = pending(task)
+    assert waiting, "nothing is pending"
+    approval_decide(
+        approval=waiting[0],
+        user=user,
+        decision=decision,
+        arguments=arguments,
+        reason=reason,
+    )
+    return advance(task)
+
+
+def user_in(group: str, username: str, **fields: Any) -> Any:
+    """A new user (the cast's password) in the ``approvers``/``auditors`` group."""
+    user = get_user_model().objects.create_user(
+        username=username, password=PASSWORD, **fields
+    )
+    user.groups.add(Group.objects.get(name=group))
+    return user

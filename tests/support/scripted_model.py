@@ -1,7 +1,8 @@
 """A scripted OpenAI-compatible chat-completions server for the test suite.
 
 Real HTTP on loopback, spoken to by the real ``openai`` SDK, built only on the
-standard library (no Django). A *handler* decides each answer::
+standard library (no Django). A *handler* decides each answer, in the replies of
+``tests.support.replies``::
 
     with ScriptedModel(Script([tool_call("calculate", {"expression": "1 + 1"}),
                                text("2")])) as model:
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import itertools
 import json
 import re
@@ -35,169 +35,41 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any
+
+from tests.support.lifecycle import Started
+from tests.support.replies import (
+    AnyReply,
+    ErrorReply,
+    Handler,
+    RecordingHandler,
+    Reply,
+    error,
+    text,
+    tool_call,
+)
 
 __all__ = [
     "MODEL_ID",
     "EchoScript",
-    "ErrorReply",
-    "Handler",
     "RedisScript",
-    "Reply",
-    "Script",
     "ScriptedModel",
-    "ToolCall",
-    "delay",
-    "error",
-    "hang",
+    "content_text",
+    "last_user_index",
+    "last_user_text",
     "main",
-    "text",
-    "tool_call",
-    "tool_calls",
+    "messages_of",
+    "tool_messages",
+    "tool_names_by_call_id",
+    "usage_for",
     "validate_chat_request",
 ]
 
 MODEL_ID = "scripted-model"
-EXHAUSTED_TEXT = "(script exhausted)"
-REDIS_QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
 GREETING_TEXT = "你好！我可以搜索项目笔记并计算预算。"
-
-
-# Replies ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One function call the model asks for.
-
-    ``arguments`` is sent exactly as given (it is the JSON text the API carries);
-    ``call_id`` ``None`` means a fresh ``call_...`` id is made for every answer.
-    """
-
-    name: str
-    arguments: str
-    call_id: str | None = None
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A successful completion: text, tool calls, or both.
-
-    ``delay_s`` sleeps before answering; ``hang`` never answers (the request
-    waits until the server stops, then the connection is dropped).
-    """
-
-    content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    delay_s: float = 0.0
-    hang: bool = False
-
-    @property
-    def finish_reason(self) -> str:
-        """``"tool_calls"`` when the reply calls tools, else ``"stop"``."""
-        return "tool_calls" if self.tool_calls else "stop"
-
-
-@dataclass(frozen=True)
-class ErrorReply:
-    """An HTTP error with an OpenAI-style body ``{"error": {...}}``."""
-
-    status: int
-    message: str
-    type: str = "server_error"
-    code: str | None = None
-    param: str | None = None
-    retry_after: float | None = None
-    delay_s: float = 0.0
-
-
-AnyReply: TypeAlias = Reply | ErrorReply
-Handler: TypeAlias = Callable[[dict[str, Any]], AnyReply]
-ScriptStep: TypeAlias = Reply | ErrorReply | Callable[[dict[str, Any]], AnyReply]
-
-_ERROR_KINDS: dict[int, tuple[str, str | None]] = {
-    400: ("invalid_request_error", None),
-    401: ("invalid_request_error", "invalid_api_key"),
-    403: ("invalid_request_error", "unsupported_country_region_territory"),
-    404: ("invalid_request_error", "model_not_found"),
-    409: ("invalid_request_error", None),
-    422: ("invalid_request_error", None),
-    429: ("requests", "rate_limit_exceeded"),
-}
-
-
-def text(content: str) -> Reply:
-    """A plain text answer (``finish_reason: "stop"``)."""
-    return Reply(content=content)
-
-
-def _arguments_text(arguments: Mapping[str, Any] | str) -> str:
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(dict(arguments), ensure_ascii=False)
-
-
-def tool_call(
-    name: str, arguments: Mapping[str, Any] | str, call_id: str | None = None
-) -> Reply:
-    """A reply calling one tool.
-
-    A mapping is JSON-encoded (``ensure_ascii=False``); a string is sent raw, so
-    malformed JSON can be tested.
-    """
-    return Reply(tool_calls=(ToolCall(name, _arguments_text(arguments), call_id),))
-
-
-def tool_calls(
-    calls: Iterable[
-        tuple[str, Mapping[str, Any] | str]
-        | tuple[str, Mapping[str, Any] | str, str | None]
-    ],
-) -> Reply:
-    """A reply calling several tools at once: ``[(name, args[, call_id]), ...]``."""
-    made: list[ToolCall] = []
-    for call in calls:
-        name, arguments = call[0], call[1]
-        call_id = call[2] if len(call) > 2 else None
-        made.append(ToolCall(name, _arguments_text(arguments), call_id))
-    return Reply(tool_calls=tuple(made))
-
-
-def error(
-    status: int,
-    message: str,
-    *,
-    retry_after: float | None = None,
-    type: str | None = None,
-    code: str | None = None,
-) -> ErrorReply:
-    """An HTTP error reply; ``retry_after`` adds a ``retry-after`` header.
-
-    ``type``/``code`` default to what OpenAI sends for that status (``429`` →
-    ``requests``/``rate_limit_exceeded``, ``5xx`` → ``server_error``, ...).
-    """
-    default_type, default_code = _ERROR_KINDS.get(status, ("server_error", None))
-    return ErrorReply(
-        status=status,
-        message=message,
-        type=type or default_type,
-        code=code if code is not None else default_code,
-        retry_after=retry_after,
-    )
-
-
-def delay(seconds: float, reply: AnyReply) -> AnyReply:
-    """``reply``, answered after sleeping ``seconds`` more (other requests go on)."""
-    return dataclasses.replace(reply, delay_s=reply.delay_s + seconds)
-
-
-def hang() -> Reply:
-    """A reply that never comes: the request waits until the server stops."""
-    return Reply(hang=True)
 
 
 # Conversation helpers ---------------------------------------------------------
@@ -220,7 +92,7 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
-def _messages(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+def messages_of(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     messages = request.get("messages")
     if not isinstance(messages, list):
         return []
@@ -237,9 +109,14 @@ def last_user_index(messages: Sequence[Mapping[str, Any]]) -> int | None:
 
 def last_user_text(request: Mapping[str, Any]) -> str:
     """The text of the last ``user`` message of a request ("" if none)."""
-    messages = _messages(request)
+    messages = messages_of(request)
     index = last_user_index(messages)
     return "" if index is None else content_text(messages[index].get("content"))
+
+
+def tool_messages(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``tool`` messages of a request (the results the model was sent)."""
+    return [m for m in messages_of(request) if m.get("role") == "tool"]
 
 
 def tool_names_by_call_id(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
@@ -386,73 +263,6 @@ def validate_chat_request(body: Any) -> ValidationFailure | None:
 # Ready-made handlers ----------------------------------------------------------
 
 
-class RecordingHandler:
-    """Base for handlers that keep every request they answered in ``requests``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.requests: list[dict[str, Any]] = []
-
-    def __call__(self, request: dict[str, Any]) -> AnyReply:
-        with self._lock:
-            self.requests.append(request)
-        return self.respond(request)
-
-    def respond(self, request: dict[str, Any]) -> AnyReply:
-        """The answer to ``request`` (subclasses implement this)."""
-        raise NotImplementedError
-
-
-class Script(RecordingHandler):
-    """Answers with ``replies`` in order, then ``text("(script exhausted)")``.
-
-    Each step is a reply or a ``callable(request) -> reply``. Thread-safe: each
-    request takes the next step exactly once.
-    """
-
-    def __init__(self, replies: Iterable[ScriptStep]) -> None:
-        super().__init__()
-        self._steps: list[ScriptStep] = list(replies)
-        self._next = 0
-
-    def __call__(self, request: dict[str, Any]) -> AnyReply:
-        with self._lock:  # record and take the step together: requests[i] ↔ step i
-            self.requests.append(request)
-            step = self._take()
-        return self._resolve(step, request)
-
-    def respond(self, request: dict[str, Any]) -> AnyReply:
-        with self._lock:
-            step = self._take()
-        return self._resolve(step, request)
-
-    def _take(self) -> ScriptStep | None:
-        if self._next >= len(self._steps):
-            return None
-        step = self._steps[self._next]
-        self._next += 1
-        return step
-
-    @staticmethod
-    def _resolve(step: ScriptStep | None, request: dict[str, Any]) -> AnyReply:
-        if step is None:
-            return text(EXHAUSTED_TEXT)
-        if isinstance(step, Reply | ErrorReply):
-            return step
-        return step(request)
-
-    @property
-    def remaining(self) -> int:
-        """How many scripted steps have not been used yet."""
-        with self._lock:
-            return len(self._steps) - self._next
-
-    @property
-    def exhausted(self) -> bool:
-        """Whether every scripted step was used."""
-        return self.remaining == 0
-
-
 class EchoScript(RecordingHandler):
     """Answers ``prefix + <last user message>`` (smoke tests)."""
 
@@ -507,7 +317,7 @@ def _format_number(value: Any) -> str:
 
 
 class RedisScript(RecordingHandler):
-    """A deterministic fake model for the demo question (``REDIS_QUESTION``).
+    """A deterministic fake model for the demo question (``cast.QUESTION``).
 
     It reacts to the conversation it is sent, keeping no state between requests,
     so any number of concurrent conversations work:
@@ -535,17 +345,17 @@ class RedisScript(RecordingHandler):
     # The decision -------------------------------------------------------------
 
     def respond(self, request: dict[str, Any]) -> AnyReply:
-        messages = _messages(request)
+        messages = messages_of(request)
         user_index = last_user_index(messages)
         if user_index is None:
             return text(GREETING_TEXT)
         question = content_text(messages[user_index].get("content"))
         turn = messages[user_index + 1 :]
         names = tool_names_by_call_id(messages)
-        tool_messages = [m for m in turn if m.get("role") == "tool"]
-        if not tool_messages:
+        results = [m for m in turn if m.get("role") == "tool"]
+        if not results:
             return self._first_move(request, messages[:user_index], question)
-        latest = tool_messages[-1]
+        latest = results[-1]
         name = names.get(str(latest.get("tool_call_id")), "")
         value = _parse_tool_content(latest.get("content"))
         if isinstance(value, dict) and "error" in value:
@@ -689,7 +499,8 @@ class RedisScript(RecordingHandler):
 
 def usage_for(request: Mapping[str, Any], reply: Reply) -> dict[str, int]:
     """Deterministic token counts: characters // 4 + 1 on each side."""
-    prompt_chars = sum(len(content_text(m.get("content"))) for m in _messages(request))
+    messages = messages_of(request)
+    prompt_chars = sum(len(content_text(m.get("content"))) for m in messages)
     completion_chars = len(reply.content or "") + sum(
         len(c.name) + len(c.arguments) for c in reply.tool_calls
     )
@@ -824,7 +635,7 @@ def _model_card() -> dict[str, Any]:
     }
 
 
-class ScriptedModel:
+class ScriptedModel(Started):
     """The scripted chat-completions server (see the module docstring).
 
     ``handler`` defaults to ``EchoScript()``; it and ``latency_s`` (a sleep added
@@ -892,17 +703,6 @@ class ScriptedModel:
             self._thread.join(timeout=5)
         self._server = None
         self._thread = None
-
-    def __enter__(self) -> ScriptedModel:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def running(self) -> bool:
@@ -980,20 +780,8 @@ class ScriptedModel:
         )
 
     def _completion(self, request: Mapping[str, Any], reply: Reply) -> dict[str, Any]:
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": reply.content,
-            "refusal": None,
-        }
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.call_id or f"call_{secrets.token_hex(12)}",
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in reply.tool_calls
-            ]
+        message = reply.message(lambda index, call: f"call_{secrets.token_hex(12)}")
+        message["refusal"] = None
         return {
             "id": f"chatcmpl-{next(self._counter)}{secrets.token_hex(8)}",
             "object": "chat.completion",

@@ -18,14 +18,11 @@ from typing import Any, cast
 import openai
 import pytest
 
-from tests.support.scripted_model import (
-    MODEL_ID,
-    REDIS_QUESTION,
-    EchoScript,
+from tests.support.cast import QUESTION, REDIS_NOTES
+from tests.support.openai_tools import function_tool, object_schema
+from tests.support.replies import (
     Handler,
-    RedisScript,
     Script,
-    ScriptedModel,
     delay,
     error,
     hang,
@@ -33,27 +30,21 @@ from tests.support.scripted_model import (
     tool_call,
     tool_calls,
 )
+from tests.support.scripted_model import (
+    MODEL_ID,
+    EchoScript,
+    RedisScript,
+    ScriptedModel,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-NOTES = [
-    {
-        "title": "缓存改造",
-        "content": "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。",
-    }
-]
+NOTES = REDIS_NOTES
 TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"the {name} tool",
-            "parameters": {
-                "type": "object",
-                "properties": {field: {"type": "string"}},
-                "required": [field],
-            },
-        },
-    }
+    function_tool(
+        name,
+        object_schema({field: {"type": "string"}}, [field]),
+        f"the {name} tool",
+    )
     for name, field in (("search_notes", "keyword"), ("calculate", "expression"))
 ]
 
@@ -426,7 +417,7 @@ def test_redis_script_full_dialogue_and_follow_up(serve: Callable[..., Any]) -> 
     _, client = serve(script)
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a helpful agent."},
-        *user(REDIS_QUESTION),
+        *user(QUESTION),
     ]
 
     answer, calls = run_dialogue(client, messages, FAKE_TOOLS)
@@ -461,7 +452,7 @@ def test_redis_script_many_concurrent_conversations(
     _, client = serve(RedisScript(), latency_s=0.05)
 
     def one(_: int) -> str:
-        return run_dialogue(client, user(REDIS_QUESTION), FAKE_TOOLS)[0]
+        return run_dialogue(client, user(QUESTION), FAKE_TOOLS)[0]
 
     with ThreadPoolExecutor(max_workers=10) as pool:
         answers = list(pool.map(one, range(10)))
@@ -480,12 +471,12 @@ def test_redis_script_greets_and_reports_tool_errors(
         return {"error": "数据库不可用"}
 
     answer, _ = run_dialogue(
-        client, user(REDIS_QUESTION), {**FAKE_TOOLS, "search_notes": failing_search}
+        client, user(QUESTION), {**FAKE_TOOLS, "search_notes": failing_search}
     )
     assert "失败" in answer and "数据库不可用" in answer
 
     nothing, _ = run_dialogue(
-        client, user(REDIS_QUESTION), {**FAKE_TOOLS, "search_notes": lambda a: []}
+        client, user(QUESTION), {**FAKE_TOOLS, "search_notes": lambda a: []}
     )
     assert "没有找到" in nothing
 
@@ -497,14 +488,14 @@ def test_redis_script_unwraps_engine_envelopes(serve: Callable[..., Any]) -> Non
         return {"result": NOTES, "note": "cached"}
 
     answer, _ = run_dialogue(
-        client, user(REDIS_QUESTION), {**FAKE_TOOLS, "search_notes": noted_search}
+        client, user(QUESTION), {**FAKE_TOOLS, "search_notes": noted_search}
     )
     assert "缓存改造" in answer and "1088" in answer
 
 
 def test_redis_script_only_calls_offered_tools(serve: Callable[..., Any]) -> None:
     _, client = serve(RedisScript())
-    reply = ask(client, user(REDIS_QUESTION)).choices[0]
+    reply = ask(client, user(QUESTION)).choices[0]
     assert reply.finish_reason == "stop"
     assert "search_notes" in (reply.message.content or "")
 
@@ -534,7 +525,7 @@ def test_process_mode_serves_until_sigterm() -> None:
         assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
 
         client = openai.OpenAI(base_url=base_url, api_key="test", max_retries=0)
-        completion = ask(client, user(REDIS_QUESTION), tools=TOOLS)
+        completion = ask(client, user(QUESTION), tools=TOOLS)
         call = completion.choices[0].message.tool_calls[0]
         assert call.function.name == "search_notes"
         assert completion._request_id.startswith("req_")

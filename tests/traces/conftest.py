@@ -1,53 +1,61 @@
-"""Helpers for the trace tests: recorded runs made in-process on the real stack.
+"""Fixtures of the trace tests: a recorded run of the demo question, exported.
 
-Runs are driven the way the ``advance`` Celery task drives them
-(``runs.task_start`` + ``runs.task_advance``), through the real ``openai`` SDK
-against the scripted model server on loopback, on the real database.
+Runs are driven in-process (``tests.support.runs``) through the real ``openai``
+SDK against the scripted model server on loopback, on the real database.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.test import Client
+import pytest
 
-from approvals.models import ApprovalRequest
-from approvals.services import approval_decide
 from runs.models import Task
-from tests.integration.conftest import stack  # noqa: F401 - a fixture, re-exported
-from tests.support.runs import advance
+from tests.support.cast import EDITED_EMAIL, EMAIL, QUESTION
+from tests.support.clients import trace_of
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import Exported, ask, decide
+from tests.support.scripted_model import RedisScript
 
-QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
-TICKET = {"title": "Cache", "body": "Move the hot queries to Redis."}
-EMAIL = {"to": "ops@example.com", "subject": "report", "body": "The weekly report."}
+
+@pytest.fixture
+def redis_script(model: Any) -> RedisScript:
+    """``RedisScript``, serving as the product's model."""
+    script = RedisScript()
+    model(script)
+    return script
 
 
-def decide(
-    task: Task,
-    user: Any,
-    decision: str,
-    *,
-    arguments: dict[str, Any] | None = None,
-    reason: str = "",
-) -> Task:
-    """Decide the task's (first) pending approval, then let the run go on."""
-    approval = (
-        ApprovalRequest.objects.filter(task=task, status="pending")
-        .order_by("step__seq")
-        .first()
+@pytest.fixture
+def redis_task(alice: Any, demo: Any, redis_script: RedisScript) -> Task:
+    """alice's finished run of the demo question (search, calculate, answer)."""
+    task = ask(alice, demo.agent, QUESTION)
+    assert task.status == "succeeded", task.error_message
+    return task
+
+
+@pytest.fixture
+def emails_decided(alice: Any, operator: Any, demo: Any, model: Any) -> Task:
+    """alice asks to mail the report and the model sends two emails: the operator
+    approves the first as ``EDITED_EMAIL`` and rejects the second (to the boss,
+    "not the boss"); the run then finishes."""
+    model(
+        Script(
+            [
+                tool_call("send_email", EMAIL),
+                tool_call("send_email", {**EMAIL, "to": "boss@example.com"}),
+                text("sent one, the other was refused"),
+            ]
+        )
     )
-    assert approval is not None, "nothing is pending"
-    approval_decide(
-        approval=approval,
-        user=user,
-        decision=decision,
-        arguments=arguments,
-        reason=reason,
-    )
-    return advance(task)
+    task = ask(alice, demo.agent, "mail the report")
+    task = decide(task, operator, "approve", arguments=EDITED_EMAIL)
+    return decide(task, operator, "reject", reason="not the boss")
 
 
-def logged_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+@pytest.fixture
+def exported(redis_task: Task, operator: Any, api_client_for: Any) -> Exported:
+    """``redis_task`` exported by the operator: the task, their client, the document."""
+    client = api_client_for(operator)
+    document = trace_of(client, redis_task.pk)
+    return Exported(redis_task, client, document)

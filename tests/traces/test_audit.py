@@ -21,9 +21,10 @@ from audit.models import AuditEvent, AuditHead
 from audit.services import GENESIS, audit_append, audit_verify
 from registry.models import Agent, Tool
 from registry.services import tool_from_definition, tool_save
-from tests.support.runs import ask
-from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import EMAIL, QUESTION, decide
+from tests.support.cast import EMAIL, QUESTION
+from tests.support.clients import fork, import_trace, trace_of
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import ask, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,12 +86,9 @@ def test_every_listed_event_is_appended(
     assert approvals_expire() == 1
     # Trace exported, imported, forked; a failed login.
     client = api_client_for(operator)
-    document = client.get(f"/api/tasks/{task.pk}/trace/").json()
-    assert (
-        client.post("/api/traces/import/", document, format="json").status_code == 201
-    )
-    fork = client.post(f"/api/tasks/{task.pk}/fork/", {"from_seq": 1}, format="json")
-    assert fork.status_code == 202
+    document = trace_of(client, task.pk)
+    assert import_trace(client, document).status_code == 201
+    assert fork(client, task, from_seq=1).status_code == 202
     Client().post("/accounts/login/", {"username": "alice", "password": "wrong"})
 
     assert {
@@ -114,9 +112,8 @@ def test_every_listed_event_is_appended(
     assert audit_verify() == (AuditEvent.objects.count(), [])
 
 
-def test_the_audit_carries_no_payloads(alice, demo, model):
-    model(RedisScript())
-    task = ask(alice, demo.agent, QUESTION)
+def test_the_audit_carries_no_payloads(redis_task):
+    task = redis_task
     payloads = [
         QUESTION,
         task.final_answer,

@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PASSWORD
-from tests.integration.conftest import Stack
-from tests.support.browser import real_password
+from tests.support.browser import open_page, real_password, sign_in
+from tests.support.cast import PASSWORD, QUESTION
 from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript, ScriptedModel
-from tests.traces.conftest import QUESTION
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -28,7 +27,7 @@ def test_the_replay_player_plays_steps_and_pauses_the_recorded_run(
     assert task.status == "succeeded", task.error_message
     real_password(alice, PASSWORD)
     stack.start_web()
-    page = browser.new_page()
+    page = open_page(browser, stack)
     problems: list[str] = []
     page.on("pageerror", lambda e: problems.append(str(e)))
     page.on(
@@ -49,12 +48,8 @@ def test_the_replay_player_plays_steps_and_pauses_the_recorded_run(
         ),
     )
 
-    page.goto(stack.web_url + "/accounts/login/")
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(stack.web_url + "/")
-    page.goto(f"{stack.web_url}/traces/{task.pk}/")
+    sign_in(page, stack, "alice")
+    page.goto(f"/traces/{task.pk}/")
 
     player = page.locator("#replay")
     stage = player.locator("[data-stage] > li")

@@ -7,26 +7,26 @@ from rest_framework.test import APIClient
 
 from effects.models import Ticket
 from runs.models import Task
-from tests.support.runs import advance, ask
-from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import QUESTION, TICKET, decide, logged_in
+from tests.support.cast import TICKET
+from tests.support.clients import fork, logged_in, trace_of
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import advance, ask, decide
+from tests.support.scripted_model import tool_messages
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def fork(client, task, **body):
-    return client.post(f"/api/tasks/{task.pk}/fork/", body, format="json")
-
-
 def test_a_fork_with_edited_arguments_copies_the_steps_before_and_runs_the_call_anew(
-    alice, demo, model, api_client_for
+    redis_task, redis_script, alice, api_client_for
 ):
-    script = model(RedisScript())
-    parent = ask(alice, demo.agent, QUESTION)
-    requests_before = len(script.requests)
+    parent = redis_task
+    requests_before = len(redis_script.requests)
 
     response = fork(
-        api_client_for(alice), parent, from_seq=4, arguments={"expression": "128 * 6"}
+        api_client_for(alice),
+        parent,
+        from_seq=4,
+        arguments={"expression": "128 * 6"},
     )
 
     assert response.status_code == 202, response.content
@@ -52,21 +52,17 @@ def test_a_fork_with_edited_arguments_copies_the_steps_before_and_runs_the_call_
     assert step.idempotency_key == f"{child.pk}:3:0"
     assert "768" in child.final_answer
     # Only the model turn after N was asked: nothing before N ran again.
-    assert len(script.requests) == requests_before + 1
-    tool_messages = [m for m in script.requests[-1]["messages"] if m["role"] == "tool"]
-    assert (
-        "缓存改造" in tool_messages[0]["content"]
-        and "768" in tool_messages[1]["content"]
-    )
+    assert len(redis_script.requests) == requests_before + 1
+    results = tool_messages(redis_script.requests[-1])
+    assert "缓存改造" in results[0]["content"] and "768" in results[1]["content"]
 
 
-def test_the_forked_trace_names_its_parent(alice, demo, model, api_client_for):
-    model(RedisScript())
-    parent = ask(alice, demo.agent, QUESTION)
+def test_the_forked_trace_names_its_parent(redis_task, alice, api_client_for):
+    parent = redis_task
     client = api_client_for(alice)
     child_id = fork(client, parent, from_seq=4).json()["task"]
 
-    document = client.get(f"/api/tasks/{child_id}/trace/").json()
+    document = trace_of(client, child_id)
 
     assert document["task"]["parent"] == {"task": str(parent.pk), "seq": 4}
     page = logged_in(alice).get(f"/traces/{child_id}/").content.decode()
@@ -118,26 +114,22 @@ def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
 
 
 def test_a_fork_from_a_model_call_asks_another_model_again(
-    alice, demo, model, api_client_for
+    redis_task, redis_script, alice, api_client_for
 ):
-    script = model(RedisScript())
-    parent = ask(alice, demo.agent, QUESTION)
-
+    parent = redis_task
     response = fork(api_client_for(alice), parent, from_seq=3, model="other-model")
 
     child = advance(Task.objects.get(pk=response.json()["task"]))
     assert child.model == "other-model"
-    assert script.requests[-1]["model"] == "other-model"
+    assert redis_script.requests[-1]["model"] == "other-model"
     assert [s.seq for s in child.steps.filter(detail__has_key="copied_from")] == [1, 2]
     assert child.status == "succeeded" and "1088" in child.final_answer
 
 
 def test_an_auditor_forks_into_a_conversation_of_their_own(
-    alice, operator, demo, model, api_client_for
+    redis_task, alice, operator, api_client_for
 ):
-    model(RedisScript())
-    parent = ask(alice, demo.agent, QUESTION)
-
+    parent = redis_task
     response = fork(api_client_for(operator), parent, from_seq=3)
 
     assert response.status_code == 202
@@ -146,10 +138,9 @@ def test_an_auditor_forks_into_a_conversation_of_their_own(
 
 
 def test_invalid_edited_arguments_are_refused_and_nothing_is_created(
-    alice, demo, model, api_client_for
+    redis_task, alice, api_client_for
 ):
-    model(RedisScript())
-    parent = ask(alice, demo.agent, QUESTION)
+    parent = redis_task
     before = Task.objects.count()
 
     response = fork(api_client_for(alice), parent, from_seq=4, arguments={"x": 1})
@@ -170,11 +161,9 @@ def test_invalid_edited_arguments_are_refused_and_nothing_is_created(
     ],
 )
 def test_a_bad_fork_request_answers_400(
-    alice, demo, model, api_client_for, body, message
+    redis_task, alice, api_client_for, body, message
 ):
-    model(RedisScript())
-    parent = ask(alice, demo.agent, QUESTION)
-
+    parent = redis_task
     response = fork(api_client_for(alice), parent, **body)
 
     assert response.status_code == 400
@@ -197,3 +186,56 @@ def test_fork_permissions_and_states(alice, bob, demo, model, api_client_for):
     assert fork(api_client_for(alice), waiting, from_seq=1).status_code == 409
     assert fork(api_client_for(bob), waiting, from_seq=1).status_code == 404
     assert fork(APIClient(), waiting, from_seq=1).status_code == 401
+
+
+def calculations(*expressions: str) -> list:
+    """One calculate call per turn, then an answer."""
+    return [tool_call("calculate", {"expression": e}) for e in expressions]
+
+
+def test_a_fork_detects_a_repeated_call_like_a_live_run(
+    alice, demo, model, api_client_for
+):
+    script = model(Script([*calculations("1 + 1", "2 + 2"), text("4"), text("2")]))
+    parent = ask(alice, demo.agent, "add")
+    assert parent.status == "succeeded"
+
+    response = fork(
+        api_client_for(alice), parent, from_seq=4, arguments={"expression": "1 + 1"}
+    )
+
+    assert response.status_code == 202, response.content
+    child = Task.objects.get(pk=response.json()["task"])
+    repeat = child.steps.get(seq=4)
+    assert repeat.status == "deduplicated"
+    assert repeat.detail["same_as_seq"] == 2
+    assert repeat.result == child.steps.get(seq=2).result
+    assert repeat.started_at is None and repeat.attempts == []  # not run again
+    note = child.steps.get(seq=5)
+    assert note.kind == "note" and note.detail["attach_to"] == 4
+    child = advance(child)
+    assert child.status == "succeeded"
+    tool_messages = [m for m in script.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "You already called calculate" in tool_messages[-1]["content"]
+
+
+def test_a_fork_applies_the_call_cap_like_a_live_run(
+    alice, demo, model, api_client_for
+):
+    script = model(Script([*calculations("1 + 1", "2 + 2"), text("4")]))
+    parent = ask(alice, demo.agent, "add")
+    assert parent.status == "succeeded"
+    demo.agent.max_tool_calls = 1
+    demo.agent.save()
+    requests_before = len(script.requests)
+
+    response = fork(api_client_for(alice), parent, from_seq=4)
+
+    assert response.status_code == 202, response.content
+    child = Task.objects.get(pk=response.json()["task"])
+    capped = child.steps.get(seq=4)
+    assert (capped.status, capped.error_class) == ("skipped", "max_tool_calls")
+    assert child.steps.get(seq=3).detail["stop"] == "max_tool_calls"
+    child = advance(child)
+    assert child.stop_reason == "max_tool_calls"
+    assert len(script.requests) == requests_before  # the model was not asked again

@@ -11,9 +11,10 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from runs import services as runs
 from runs.models import Step, Task
-from tests.support.runs import ask
-from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import EMAIL, QUESTION, decide, logged_in
+from tests.support.cast import EDITED_EMAIL, EMAIL
+from tests.support.clients import fork, import_trace, logged_in, trace_of
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import ask, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,13 +34,9 @@ APPROVAL_FIELDS = (
 def recorded_with_an_edited_approval(alice, operator, demo, model):
     model(Script([tool_call("send_email", EMAIL), text("sent")]))
     task = ask(alice, demo.agent, "mail the report")
-    task = decide(task, operator, "approve", arguments={**EMAIL, "subject": "Weekly"})
+    task = decide(task, operator, "approve", arguments=EDITED_EMAIL)
     assert task.status == "succeeded"
     return task
-
-
-def import_document(client, document):
-    return client.post("/api/traces/import/", document, format="json")
 
 
 def test_export_then_import_round_trips_with_new_ids(
@@ -47,10 +44,10 @@ def test_export_then_import_round_trips_with_new_ids(
 ):
     original = recorded_with_an_edited_approval(alice, operator, demo, model)
     client = api_client_for(operator)
-    exported = client.get(f"/api/tasks/{original.pk}/trace/").json()
+    exported = trace_of(client, original.pk)
     assert exported["format"] == "reach.trace/v1"
 
-    response = import_document(client, exported)
+    response = import_trace(client, exported)
 
     assert response.status_code == 201, response.content
     imported = Task.objects.get(pk=response.json()["task"])
@@ -59,7 +56,7 @@ def test_export_then_import_round_trips_with_new_ids(
     assert imported.owner == operator
     assert imported.origin["task"] == str(original.pk)
     assert imported.origin["imported_by"] == "operator"
-    again = client.get(f"/api/tasks/{imported.pk}/trace/").json()
+    again = trace_of(client, imported.pk)
     for key in ("goal", "status", "stop_reason", "final_answer", "usage", "model"):
         assert again["task"][key] == exported["task"][key]
     assert again["task"]["id"] == str(imported.pk)
@@ -81,14 +78,9 @@ def test_export_then_import_round_trips_with_new_ids(
     ).exists()
 
 
-def test_an_imported_trace_is_never_claimed_or_continued(
-    alice, operator, demo, model, api_client_for
-):
-    model(RedisScript())
-    original = ask(alice, demo.agent, QUESTION)
-    client = api_client_for(operator)
-    document = client.get(f"/api/tasks/{original.pk}/trace/").json()
-    imported = Task.objects.get(pk=import_document(client, document).json()["task"])
+def test_an_imported_trace_is_never_claimed_or_continued(exported):
+    original, client, document = exported
+    imported = Task.objects.get(pk=import_trace(client, document).json()["task"])
 
     # Even with its status forced back to queued, no worker takes it.
     Task.objects.filter(pk=imported.pk).update(status="queued")
@@ -104,23 +96,16 @@ def test_an_imported_trace_is_never_claimed_or_continued(
     )
     assert answer.status_code == 400
     assert "read-only" in json.dumps(answer.json())
-    forked = client.post(
-        f"/api/tasks/{imported.pk}/fork/", {"from_seq": 2}, format="json"
-    )
+    forked = fork(client, imported, from_seq=2)
     assert forked.status_code == 409
     # …but re-running it (which executes nothing) works.
     assert client.post(f"/api/tasks/{imported.pk}/rerun/").json()["matches"] is True
     assert imported.steps.count() == original.steps.count()
 
 
-def test_the_imported_trace_page_is_read_only_and_shows_its_origin(
-    alice, operator, demo, model, api_client_for
-):
-    model(RedisScript())
-    original = ask(alice, demo.agent, QUESTION)
-    client = api_client_for(operator)
-    document = client.get(f"/api/tasks/{original.pk}/trace/").json()
-    task_id = import_document(client, document).json()["task"]
+def test_the_imported_trace_page_is_read_only_and_shows_its_origin(exported, operator):
+    original, client, document = exported
+    task_id = import_trace(client, document).json()["task"]
 
     page = logged_in(operator).get(f"/traces/{task_id}/").content.decode()
 
@@ -131,18 +116,13 @@ def test_the_imported_trace_page_is_read_only_and_shows_its_origin(
     assert task_id in listing and str(original.pk) not in listing
 
 
-def test_an_import_is_redacted_on_the_way_in(
-    alice, operator, demo, model, api_client_for
-):
-    model(RedisScript())
-    original = ask(alice, demo.agent, QUESTION)
-    client = api_client_for(operator)
-    document = client.get(f"/api/tasks/{original.pk}/trace/").json()
+def test_an_import_is_redacted_on_the_way_in(exported):
+    original, client, document = exported
     leaked = "sk-" + "L" * 30
     document["task"]["final_answer"] = f"the key is {leaked}"
     document["steps"][1]["result"] = [{"title": "x", "content": f"Bearer {leaked}"}]
 
-    task = Task.objects.get(pk=import_document(client, document).json()["task"])
+    task = Task.objects.get(pk=import_trace(client, document).json()["task"])
 
     stored = json.dumps(
         [task.final_answer, list(task.steps.values_list("result", flat=True))]
@@ -163,17 +143,13 @@ def test_an_import_is_redacted_on_the_way_in(
         (lambda d: d.update(steps={}), '"steps" must be a list'),
     ],
 )
-def test_an_invalid_document_is_refused_with_the_reasons(
-    alice, operator, demo, model, api_client_for, change, error
-):
-    model(RedisScript())
-    original = ask(alice, demo.agent, QUESTION)
-    client = api_client_for(operator)
-    document = copy.deepcopy(client.get(f"/api/tasks/{original.pk}/trace/").json())
+def test_an_invalid_document_is_refused_with_the_reasons(exported, change, error):
+    original, client, document = exported
+    document = copy.deepcopy(document)
     change(document)
     before = Task.objects.count()
 
-    response = import_document(client, document)
+    response = import_trace(client, document)
 
     assert response.status_code == 400
     assert any(error in e for e in response.json()["errors"]), response.json()
@@ -186,7 +162,7 @@ def test_a_document_over_the_size_limit_is_refused_with_413(
     settings.REACH_MAX_IMPORT_BYTES = 2000
     document = {"format": "reach.trace/v1", "task": {}, "steps": [], "pad": "x" * 3000}
 
-    response = import_document(api_client_for(operator), document)
+    response = import_trace(api_client_for(operator), document)
 
     assert response.status_code == 413
     assert Task.objects.count() == 0
@@ -194,8 +170,8 @@ def test_a_document_over_the_size_limit_is_refused_with_413(
 
 def test_only_auditors_import(alice, api_client_for):
     document = {"format": "reach.trace/v1"}
-    assert import_document(api_client_for(alice), document).status_code == 403
-    assert import_document(APIClient(), document).status_code == 401
+    assert import_trace(api_client_for(alice), document).status_code == 403
+    assert import_trace(APIClient(), document).status_code == 401
 
 
 def test_a_document_from_another_implementation_without_extensions_imports(
@@ -240,7 +216,7 @@ def test_a_document_from_another_implementation_without_extensions_imports(
         "origin": None,
     }  # fmt: skip
 
-    response = import_document(api_client_for(operator), document)
+    response = import_trace(api_client_for(operator), document)
 
     assert response.status_code == 201, response.content
     task = Task.objects.get(pk=response.json()["task"])

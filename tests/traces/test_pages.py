@@ -13,9 +13,10 @@ from django.utils import timezone
 from engine.spec import StepKind, StepRecord, StepStatus, StopReason
 from runs import services as runs
 from runs.models import Task
-from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call, tool_calls
-from tests.traces.conftest import EMAIL, decide, logged_in
+from tests.support.cast import EMAIL
+from tests.support.clients import logged_in
+from tests.support.replies import Script, text, tool_call, tool_calls
+from tests.support.runs import ask, claimed, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,14 +41,35 @@ def replay_data(html: str) -> dict:
 
 def synthetic_task(user, agent) -> Task:
     """A finished run: parallel calls, a cache hit, retries, a note, a compaction."""
-    conversation = runs.conversation_create(owner=user, agent=agent)
-    task = runs.task_start(conversation=conversation, content="synthetic goal")
-    epoch = runs.task_claim(task_id=task.pk, owner="w")
-    journal = runs.DjangoJournal(Task.objects.get(pk=task.pk), owner="w", epoch=epoch)
+    journal = claimed(user, agent, "synthetic goal")
+    task_id = journal.task_id
     t0 = timezone.now()
 
     def at(ms: int):
         return t0 + timedelta(milliseconds=ms)
+
+    def model_step(seq, request_id, response, tokens, span, **facts):
+        prompt, completion = tokens
+        return StepRecord(
+            seq=seq, kind=StepKind.MODEL_CALL, status=StepStatus.SUCCEEDED,
+            model="scripted-model", request_id=request_id, response=response,
+            usage={"prompt_tokens": prompt, "completion_tokens": completion,
+                   "total_tokens": prompt + completion},
+            started_at=at(span[0]), finished_at=at(span[1]), **facts,
+        )  # fmt: skip
+
+    def tool_step(seq, status, tool, index, arguments, span, **facts):
+        return StepRecord(
+            seq=seq, kind=StepKind.TOOL_CALL, status=status, tool=tool,
+            parent_seq=1, call_index=index, call_id=f"c{index}", arguments=arguments,
+            started_at=at(span[0]), finished_at=at(span[1]), **facts,
+        )  # fmt: skip
+
+    def marker(seq, kind, detail, ms):
+        return StepRecord(
+            seq=seq, kind=kind, status=StepStatus.SUCCEEDED, detail=detail,
+            started_at=at(ms), finished_at=at(ms),
+        )  # fmt: skip
 
     attempts = [
         {"number": 1, "started_at": at(100).isoformat(), "duration_ms": 50.0,
@@ -55,112 +77,32 @@ def synthetic_task(user, agent) -> Task:
         {"number": 2, "started_at": at(160).isoformat(), "duration_ms": 40.0,
          "error": None, "error_class": None},
     ]  # fmt: skip
-    journal.append(
-        [
-            StepRecord(
-                seq=1,
-                kind=StepKind.MODEL_CALL,
-                status=StepStatus.SUCCEEDED,
-                model="scripted-model",
-                request_id="req_abc123",
-                response={"role": "assistant", "content": None, "tool_calls": []},
-                usage={
-                    "prompt_tokens": 120,
-                    "completion_tokens": 30,
-                    "total_tokens": 150,
-                },
-                started_at=at(0),
-                finished_at=at(90),
-                detail={"finish_reason": "tool_calls"},
-            ),
-            StepRecord(
-                seq=2,
-                kind=StepKind.TOOL_CALL,
-                status=StepStatus.SUCCEEDED,
-                tool="search_notes",
-                parent_seq=1,
-                call_index=0,
-                call_id="c0",
-                arguments={"keyword": "Redis"},
-                raw_arguments='{"keyword": "Redis"}',
-                result=[{"title": "缓存改造", "content": "…"}],
-                attempts=attempts,
-                idempotency_key=f"{task.pk}:1:0",
-                started_at=at(100),
-                finished_at=at(200),
-            ),
-            StepRecord(
-                seq=3,
-                kind=StepKind.TOOL_CALL,
-                status=StepStatus.CACHED,
-                tool="calculate",
-                parent_seq=1,
-                call_index=1,
-                call_id="c1",
-                arguments={"expression": "1 + 1"},
-                raw_arguments='{"expression": "1 + 1"}',
-                result={"expression": "1 + 1", "result": 2},
-                idempotency_key=f"{task.pk}:1:1",
-                started_at=at(110),
-                finished_at=at(150),
-            ),
-            StepRecord(
-                seq=4,
-                kind=StepKind.TOOL_CALL,
-                status=StepStatus.FAILED,
-                tool="calculate",
-                parent_seq=1,
-                call_index=2,
-                call_id="c2",
-                arguments={"expression": "1 / 0"},
-                error="Division by zero.",
-                error_class="tool_error",
-                started_at=at(210),
-                finished_at=at(220),
-            ),
-            StepRecord(
-                seq=5,
-                kind=StepKind.NOTE,
-                status=StepStatus.SUCCEEDED,
-                detail={
-                    "text": "You already called calculate.",
-                    "reason": "repeated_call",
-                },
-                started_at=at(230),
-                finished_at=at(230),
-            ),
-            StepRecord(
-                seq=6,
-                kind=StepKind.COMPACTION,
-                status=StepStatus.SUCCEEDED,
-                detail={
-                    "replaced": {"2": "{}"},
-                    "estimate_before": 3000,
-                    "estimate_after": 1200,
-                    "budget": 3500,
-                },
-                started_at=at(240),
-                finished_at=at(240),
-            ),
-            StepRecord(
-                seq=7,
-                kind=StepKind.MODEL_CALL,
-                status=StepStatus.SUCCEEDED,
-                model="scripted-model",
-                request_id="req_def456",
-                response={"role": "assistant", "content": "2"},
-                usage={
-                    "prompt_tokens": 200,
-                    "completion_tokens": 5,
-                    "total_tokens": 205,
-                },
-                started_at=at(250),
-                finished_at=at(400),
-            ),
-        ]  # fmt: skip
-    )
+    # fmt: off
+    journal.append([
+        model_step(1, "req_abc123", {"role": "assistant", "content": None,
+                   "tool_calls": []}, tokens=(120, 30), span=(0, 90),
+                   detail={"finish_reason": "tool_calls"}),
+        tool_step(2, StepStatus.SUCCEEDED, "search_notes", 0, {"keyword": "Redis"},
+                  span=(100, 200), raw_arguments='{"keyword": "Redis"}',
+                  result=[{"title": "缓存改造", "content": "…"}], attempts=attempts,
+                  idempotency_key=f"{task_id}:1:0"),
+        tool_step(3, StepStatus.CACHED, "calculate", 1, {"expression": "1 + 1"},
+                  span=(110, 150), raw_arguments='{"expression": "1 + 1"}',
+                  result={"expression": "1 + 1", "result": 2},
+                  idempotency_key=f"{task_id}:1:1"),
+        tool_step(4, StepStatus.FAILED, "calculate", 2, {"expression": "1 / 0"},
+                  span=(210, 220), error="Division by zero.", error_class="tool_error"),
+        marker(5, StepKind.NOTE, {"text": "You already called calculate.",
+               "reason": "repeated_call"}, ms=230),
+        marker(6, StepKind.COMPACTION, {"replaced": {"2": "{}"},
+               "estimate_before": 3000, "estimate_after": 1200, "budget": 3500},
+               ms=240),
+        model_step(7, "req_def456", {"role": "assistant", "content": "2"},
+                   tokens=(200, 5), span=(250, 400)),
+    ])
+    # fmt: on
     journal.finish(StopReason.FINAL_ANSWER, answer="2", message=None)
-    return Task.objects.get(pk=task.pk)
+    return Task.objects.get(pk=task_id)
 
 
 def test_the_detail_shows_every_kind_of_step_with_its_facts(alice, demo):
@@ -233,21 +175,8 @@ def test_the_replay_frames_follow_the_recorded_timings(alice, demo):
     assert f'id="step-{task.pk}-7"' in first_seen[7]["html"]
 
 
-def test_an_approval_shows_who_when_why_and_the_edit(alice, operator, demo, model):
-    model(
-        Script(
-            [
-                tool_call("send_email", EMAIL),
-                tool_call("send_email", {**EMAIL, "to": "x@example.com"}),
-                text("done"),
-            ]
-        )
-    )
-    task = ask(alice, demo.agent, "mail it")
-    task = decide(task, operator, "approve", arguments={**EMAIL, "subject": "Weekly"})
-    task = decide(task, operator, "reject", reason="wrong recipient")
-
-    html = page(operator, f"/traces/{task.pk}/")
+def test_an_approval_shows_who_when_why_and_the_edit(emails_decided, operator):
+    html = page(operator, f"/traces/{emails_decided.pk}/")
 
     box = re.search(r'data-testid="approval-2">(.*?)</div>', html, re.S).group(1)
     assert "decided by <strong>operator</strong>" in box
@@ -257,7 +186,7 @@ def test_an_approval_shows_who_when_why_and_the_edit(alice, operator, demo, mode
         and "<ins>&quot;Weekly&quot;</ins>" in box
     )
     rejected = re.search(r'data-testid="approval-4">(.*?)</div>', html, re.S).group(1)
-    assert "wrong recipient" in rejected and "approval rejected" in rejected
+    assert "not the boss" in rejected and "approval rejected" in rejected
     # The replay shows the call waiting, then approved, then done.
     states = [
         re.search(r'data-status="(\w+)"', f["html"]).group(1)

@@ -13,9 +13,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from tests.support.runs import ask
-from tests.support.scripted_model import RedisScript
-from tests.traces.conftest import QUESTION, logged_in
+from tests.support.clients import logged_in, trace_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,11 +32,10 @@ WHO = ("anonymous", "alice", "bob", "operator", "admin")
 
 
 @pytest.fixture
-def recorded(alice, demo, model, api_client_for):
-    model(RedisScript())
-    task = ask(alice, demo.agent, QUESTION)
-    document = api_client_for(alice).get(f"/api/tasks/{task.pk}/trace/").json()
-    return task, document
+def recorded(redis_task, alice, api_client_for):
+    """alice's run of the demo question and the trace document she exported."""
+    document = trace_of(api_client_for(alice), redis_task.pk)
+    return redis_task, document
 
 
 @pytest.mark.parametrize("method, path, body, expected", MATRIX)

@@ -26,9 +26,10 @@ from registry.secrets import secret_set
 from registry.services import tool_from_definition, tool_save
 from runs.consumers import TaskConsumer
 from runs.models import Message, Step, Task
-from tests.support.runs import ask
-from tests.support.scripted_model import Script, error, text, tool_call, tool_calls
-from tests.traces.conftest import decide, logged_in
+from tests.support.clients import logged_in
+from tests.support.openai_tools import object_schema
+from tests.support.replies import Script, error, text, tool_call, tool_calls
+from tests.support.runs import ask, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,13 +82,9 @@ def register_tools(admin_user: Any) -> None:
         {
             "name": "canary_leak",
             "description": "Reads things that happen to hold secrets.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "mode": {"type": "string"},
-                    "note": {"type": "string"},
-                },
-            },
+            "parameters": object_schema(
+                {"mode": {"type": "string"}, "note": {"type": "string"}}
+            ),
             "kind": "python",
             "handler": "canary_leak",
             "tags": ["demo"],
@@ -95,11 +92,7 @@ def register_tools(admin_user: Any) -> None:
         {
             "name": "canary_store",
             "description": "Stores a value (needs approval).",
-            "parameters": {
-                "type": "object",
-                "properties": {"value": {"type": "string"}},
-                "required": ["value"],
-            },
+            "parameters": object_schema({"value": {"type": "string"}}, ["value"]),
             "kind": "python",
             "handler": "canary_store",
             "risk": "write",

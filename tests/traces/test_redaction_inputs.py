@@ -11,8 +11,8 @@ from approvals.services import approval_decide
 from infra.logging import JsonFormatter, RedactingFilter
 from runs import services as runs
 from runs.models import Message
+from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask
-from tests.support.scripted_model import Script, text, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,35 +12,21 @@ from effects.models import Ticket
 from registry.models import Tool
 from registry.services import tool_save
 from runs import services as runs
+from tests.support.cast import EDITED_EMAIL, EMAIL, QUESTION, TICKET
+from tests.support.replies import Script, text, tool_call, tool_calls
 from tests.support.runs import ask
-from tests.support.scripted_model import (
-    RedisScript,
-    Script,
-    text,
-    tool_call,
-    tool_calls,
-)
-from tests.traces.conftest import EMAIL, QUESTION, TICKET, decide
 from traces.replay import task_rerun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def redis_run(alice, demo, model):
-    model(RedisScript())
-    task = ask(alice, demo.agent, QUESTION)
-    assert task.status == "succeeded", task.error_message
-    return task
+def test_a_recorded_run_re_runs_to_the_same_steps(redis_task):
 
-
-def test_a_recorded_run_re_runs_to_the_same_steps(alice, demo, model):
-    task = redis_run(alice, demo, model)
-
-    result = task_rerun(task=task)
+    result = task_rerun(task=redis_task)
 
     assert result.as_dict() == {"matches": True, "divergence": None}
     assert [(s.seq, s.kind.value, s.tool) for s in result.steps] == [
-        (s.seq, s.kind, s.tool) for s in task.steps.order_by("seq")
+        (s.seq, s.kind, s.tool) for s in redis_task.steps.order_by("seq")
     ]
     assert result.stop_reason == "final_answer"
 
@@ -55,22 +41,8 @@ def test_a_re_run_executes_nothing(alice, demo, model):
     assert Ticket.objects.count() == 1
 
 
-def test_recorded_approval_decisions_are_replayed_as_decisions(
-    alice, operator, demo, model
-):
-    edited = {**EMAIL, "subject": "weekly report"}
-    model(
-        Script(
-            [
-                tool_call("send_email", EMAIL),
-                tool_call("send_email", {**EMAIL, "to": "boss@example.com"}),
-                text("sent one, the other was refused"),
-            ]
-        )
-    )
-    task = ask(alice, demo.agent, "mail the report")
-    task = decide(task, operator, "approve", arguments=edited)
-    task = decide(task, operator, "reject", reason="not the boss")
+def test_recorded_approval_decisions_are_replayed_as_decisions(emails_decided):
+    task, edited = emails_decided, EDITED_EMAIL
     assert task.status == "succeeded"
     steps = {s.seq: s for s in task.steps.all()}
     assert steps[2].status == "succeeded" and steps[2].arguments == edited
@@ -144,9 +116,8 @@ def test_a_run_cancelled_while_a_call_waited_re_runs_to_the_cancel(alice, demo, 
 
 
 def test_a_stricter_schema_makes_the_re_run_diverge_at_that_call(
-    alice, demo, model, admin_user
+    redis_task, admin_user
 ):
-    task = redis_run(alice, demo, model)
     tool = Tool.objects.get(name="calculate")
     tool.parameters = {
         **tool.parameters,
@@ -154,7 +125,7 @@ def test_a_stricter_schema_makes_the_re_run_diverge_at_that_call(
     }
     tool_save(tool=tool, user=admin_user)
 
-    result = task_rerun(task=task)
+    result = task_rerun(task=redis_task)
 
     assert not result.matches
     divergence = result.as_dict()["divergence"]
@@ -166,15 +137,14 @@ def test_a_stricter_schema_makes_the_re_run_diverge_at_that_call(
 
 
 def test_a_raised_risk_makes_the_re_run_diverge_where_the_call_now_waits(
-    alice, demo, model, admin_user
+    redis_task, admin_user
 ):
-    task = redis_run(alice, demo, model)
     tool = Tool.objects.get(name="calculate")
     tool.risk = "write"
     tool.approval = "always"
     tool_save(tool=tool, user=admin_user)
 
-    result = task_rerun(task=task).as_dict()
+    result = task_rerun(task=redis_task).as_dict()
 
     assert result["matches"] is False
     assert result["divergence"]["seq"] == 4
@@ -183,13 +153,12 @@ def test_a_raised_risk_makes_the_re_run_diverge_where_the_call_now_waits(
     assert result["divergence"]["got"]["status"] == "waiting_approval"
 
 
-def test_a_disabled_tool_makes_the_re_run_diverge(alice, demo, model, admin_user):
-    task = redis_run(alice, demo, model)
+def test_a_disabled_tool_makes_the_re_run_diverge(redis_task, admin_user):
     tool = Tool.objects.get(name="search_notes")
     tool.enabled = False
     tool_save(tool=tool, user=admin_user)
 
-    divergence = task_rerun(task=task).divergence
+    divergence = task_rerun(task=redis_task).divergence
 
     assert divergence is not None and divergence.seq == 2
     assert divergence.got is not None
@@ -197,10 +166,9 @@ def test_a_disabled_tool_makes_the_re_run_diverge(alice, demo, model, admin_user
 
 
 def test_the_rerun_endpoint_answers_owner_and_auditor_and_hides_from_others(
-    alice, bob, operator, demo, model, api_client_for
+    redis_task, alice, bob, operator, api_client_for
 ):
-    task = redis_run(alice, demo, model)
-    url = f"/api/tasks/{task.pk}/rerun/"
+    url = f"/api/tasks/{redis_task.pk}/rerun/"
     for user in (alice, operator):
         response = api_client_for(user).post(url)
         assert response.status_code == 200
@@ -222,39 +190,36 @@ def test_the_rerun_endpoint_answers_409_while_the_task_is_not_final(
     assert response.json()["task"] == str(task.pk)
 
 
-def test_rerun_traces_prints_a_line_per_task_and_a_summary(alice, demo, model):
-    first = redis_run(alice, demo, model)
-    second = redis_run(alice, demo, model)
+def test_rerun_traces_prints_a_line_per_task_and_a_summary(redis_task, alice, demo):
+    second = ask(alice, demo.agent, QUESTION)
+    assert second.status == "succeeded", second.error_message
     out = io.StringIO()
 
     call_command("rerun_traces", stdout=out)
 
     lines = out.getvalue().strip().splitlines()
     assert lines[0].startswith(f"{second.pk} match")
-    assert lines[1].startswith(f"{first.pk} match")
+    assert lines[1].startswith(f"{redis_task.pk} match")
     assert lines[-1] == "2 checked, 2 matched, 0 diverged, 0 errors"
 
 
-def test_rerun_traces_exits_non_zero_and_names_the_divergence(
-    alice, demo, model, admin_user
-):
-    task = redis_run(alice, demo, model)
+def test_rerun_traces_exits_non_zero_and_names_the_divergence(redis_task, admin_user):
     tool = Tool.objects.get(name="calculate")
     tool.approval = "always"
     tool_save(tool=tool, user=admin_user)
     out = io.StringIO()
 
     with pytest.raises(CommandError, match="1 diverged"):
-        call_command("rerun_traces", str(task.pk), stdout=out)
+        call_command("rerun_traces", str(redis_task.pk), stdout=out)
 
     lines = out.getvalue().strip().splitlines()
-    assert lines[0].startswith(f"{task.pk} DIVERGED at step 4: expected ")
+    assert lines[0].startswith(f"{redis_task.pk} DIVERGED at step 4: expected ")
     assert '"decision": "approve"' in lines[0]
     assert lines[-1] == "1 checked, 0 matched, 1 diverged, 0 errors"
 
 
 def test_a_run_stopped_by_its_time_budget_re_runs_to_the_same_stop(alice, demo, model):
-    from tests.support.scripted_model import delay
+    from tests.support.replies import delay
 
     demo.agent.time_budget_s = 1
     demo.agent.save()

@@ -11,9 +11,10 @@ from approvals.models import ApprovalRequest
 from audit.models import AuditEvent
 from audit.services import audit_verify
 from runs.models import Conversation, Message, Step, Task
-from tests.support.runs import ask
-from tests.support.scripted_model import RedisScript, Script, text, tool_call
-from tests.traces.conftest import EMAIL, QUESTION, decide
+from tests.support.cast import EMAIL
+from tests.support.clients import import_trace
+from tests.support.replies import Script, text, tool_call
+from tests.support.runs import ask, decide
 from traces.services import traces_purge
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,41 +59,32 @@ def test_purge_deletes_old_steps_and_payloads_and_leaves_a_tombstone(
     assert audit_verify()[1] == []
 
 
-def test_purge_removes_a_conversation_left_empty(alice, demo, model, settings):
+def test_purge_removes_a_conversation_left_empty(redis_task, settings):
     settings.REACH_TRACE_RETENTION_DAYS = 1
-    model(RedisScript())
-    task = ask(alice, demo.agent, QUESTION)
-    age(task, 2)
+    age(redis_task, 2)
 
     assert traces_purge() == 1
 
-    assert not Conversation.objects.filter(pk=task.conversation_id).exists()
+    assert not Conversation.objects.filter(pk=redis_task.conversation_id).exists()
 
 
-def test_an_import_ages_from_when_it_arrived(
-    alice, operator, demo, model, settings, api_client_for
-):
+def test_an_import_ages_from_when_it_arrived(exported, settings):
     settings.REACH_TRACE_RETENTION_DAYS = 7
-    model(RedisScript())
-    task = ask(alice, demo.agent, QUESTION)
-    client = api_client_for(operator)
-    document = client.get(f"/api/tasks/{task.pk}/trace/").json()
+    _, client, document = exported
     document["task"]["finished_at"] = "2020-01-01T00:00:00+00:00"
-    imported = client.post("/api/traces/import/", document, format="json").json()
+    imported = import_trace(client, document).json()
 
     assert traces_purge() == 0
     assert traces_purge(now=timezone.now() + timedelta(days=8)) == 2
     assert not Task.objects.filter(pk=imported["task"]).exists()
 
 
-def test_retention_zero_keeps_everything(alice, demo, model, settings):
+def test_retention_zero_keeps_everything(redis_task, settings):
     settings.REACH_TRACE_RETENTION_DAYS = 0
-    model(RedisScript())
-    task = ask(alice, demo.agent, QUESTION)
-    age(task, 10_000)
+    age(redis_task, 10_000)
 
     assert traces_purge() == 0
-    assert Task.objects.filter(pk=task.pk).exists()
+    assert Task.objects.filter(pk=redis_task.pk).exists()
 
 
 def test_the_purge_runs_every_hour_on_beat():

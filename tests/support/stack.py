@@ -1,4 +1,8 @@
-"""Real processes: a Celery worker, daphne and the scripted model, on loopback."""
+"""Real processes on loopback: a Celery worker, beat, daphne, the scripted model.
+
+``Stack`` starts them on the test's database and bundled Redis (the ``stack``
+fixture builds it); each ``Proc`` keeps its output for failure messages.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +12,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
-import pytest
 
-from tests.support.redis_server import BundledRedis, free_port
+from tests.support.ports import free_port
+from tests.support.redis_server import BundledRedis
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> Any:
-    """Poll ``predicate`` until it returns something truthy, or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout} s")
-        time.sleep(interval)
 
 
 @dataclass
@@ -62,12 +53,14 @@ class Proc:
     def wait_line(self, text: str, timeout: float = 60) -> str:
         def found() -> str | None:
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited:\n" + "\n".join(self.lines[-40:])
-                )
+                raise RuntimeError(f"{self.name} exited:\n{self.tail()}")
             return next((line for line in self.lines if text in line), None)
 
-        return str(wait_for(found, timeout))
+        return str(
+            wait_for(
+                found, timeout, what=f"{self.name} printing {text!r}", detail=self.tail
+            )
+        )
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -83,6 +76,9 @@ class Proc:
 
     def output(self) -> str:
         return "\n".join(self.lines)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.lines[-lines:])
 
 
 @dataclass
@@ -199,33 +195,3 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
-
-
-@pytest.fixture
-def stack(
-    transactional_db: Any, bundled_redis: BundledRedis, tmp_path: Path, settings: Any
-) -> Iterator[Stack]:
-    """Environment for subprocesses sharing this test's database and Redis."""
-    from django.db import connection
-
-    db_name = connection.settings_dict["NAME"]
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{db_name}",
-        "REDIS_URL": bundled_redis.url,
-        "REACH_VAR_DIR": str(tmp_path),
-        "DJANGO_SECRET_KEY": settings.SECRET_KEY,
-        "OPENAI_API_KEY": "test-key",
-        "OPENAI_MODEL": "scripted-model",
-        "REACH_LOG_LEVEL": "INFO",
-        "PYTHONUNBUFFERED": "1",
-    }
-    env.pop("OPENAI_BASE_URL", None)
-    stack = Stack(env=env, redis=bundled_redis)
-    try:
-        yield stack
-    finally:
-        stack.stop()
-        from infra.runtime import redis_client
-
-        redis_client().flushdb()

@@ -1,0 +1,22 @@
+"""The approval requests the queue, the API and the live queue show."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from approvals.models import ApprovalRequest
+
+
+def approvals_shown() -> QuerySet[ApprovalRequest]:
+    """Requests with everything a card or the JSON shows: the task and its
+    agent, the people, the step and the votes (no query per row)."""
+    return ApprovalRequest.objects.select_related(
+        "task__agent", "requested_by", "decided_by", "step"
+    ).prefetch_related("votes__user")
+
+
+def approval_shown(approval_id: Any) -> ApprovalRequest | None:
+    """One request as :func:`approvals_shown` loads it; None when unknown."""
+    return approvals_shown().filter(pk=approval_id).first()

@@ -1,0 +1,70 @@
+"""Reads that pages, the API and the websocket share: what a user may see.
+
+Each returns what its callers show with the related rows they need, so that
+none of them filters ownership (or joins) on its own; and the list pages' filters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db.models import QuerySet
+
+from registry.models import Agent
+from runs.models import Conversation, Task
+from runs.permissions import can_audit
+
+
+def own_conversations(user: Any) -> QuerySet[Conversation]:
+    """The user's own conversations, with their agent."""
+    return Conversation.objects.filter(owner=user).select_related("agent")
+
+
+def own_conversation(user: Any, conversation_id: Any) -> Conversation | None:
+    """The user's conversation ``conversation_id``; None for anyone else's."""
+    return own_conversations(user).filter(pk=conversation_id).first()
+
+
+def visible_tasks(user: Any) -> QuerySet[Task]:
+    """Tasks the user may read: their own, or all of them for auditors."""
+    if can_audit(user):
+        return Task.objects.all()
+    return Task.objects.filter(owner=user)
+
+
+def visible_task(user: Any, task_id: Any) -> Task | None:
+    """Task ``task_id`` with its agent, owner, conversation and parent, if the
+    user may read it; None otherwise (others' tasks are not found, not refused)."""
+    return (
+        visible_tasks(user)
+        .select_related("agent", "owner", "conversation", "parent")
+        .filter(pk=task_id)
+        .first()
+    )
+
+
+def default_agent() -> Agent | None:
+    """The agent a new conversation talks to when none is named."""
+    return Agent.objects.filter(is_default=True).first() or Agent.objects.first()
+
+
+def filter_equal(
+    rows: QuerySet[Any], params: Mapping[str, Any], lookups: Mapping[str, str]
+) -> QuerySet[Any]:
+    """Narrow ``rows`` by each list filter that is set: ``lookups`` maps a query
+    parameter to the field it must equal."""
+    for param, lookup in lookups.items():
+        value = params.get(param)
+        if value:
+            rows = rows.filter(**{lookup: value})
+    return rows
+
+
+def filter_tainted(rows: QuerySet[Any], choice: str | None) -> QuerySet[Any]:
+    """``yes``: only rows that read untrusted output; ``no``: only the others."""
+    if choice == "yes":
+        return rows.exclude(tainted_by=[])
+    if choice == "no":
+        return rows.filter(tainted_by=[])
+    return rows

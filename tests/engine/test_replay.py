@@ -1,0 +1,65 @@
+"""The pure re-run: recorded replies and results through the current engine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine.memory import MemoryJournal
+from engine.replay import RecordedRun, rerun
+from engine.spec import ApprovalMode, Limits, StepStatus
+from tests.support.engine_doubles import (
+    FakeModel,
+    calculator,
+    calculator_spec,
+    journal,
+    make_engine,
+)
+from tests.support.replies import text, tool_call
+
+
+def recorded(j: MemoryJournal) -> RecordedRun:
+    assert j.finished is not None
+    return RecordedRun(
+        task_id=j.task_id,
+        goal=j.goal,
+        system=j.system,
+        model=j.model,
+        steps=list(j.steps),
+        stop_reason=j.finished[0].value,
+    )
+
+
+def a_run() -> MemoryJournal:
+    model = FakeModel(
+        [
+            tool_call("calculate", {"expression": "128 * 6"}),
+            tool_call("calculate", {"expression": "128 * 6"}),
+            text("768"),
+        ]
+    )
+    j = journal()
+    make_engine(model, calculator()).advance(j)
+    return j
+
+
+def test_a_run_re_runs_to_the_same_steps_without_executing_anything():
+    run = recorded(a_run())
+
+    result = rerun(run, specs={"calculate": calculator_spec()}, limits=Limits())
+
+    assert result.matches, result.divergence
+    assert result.stop_reason == "final_answer"
+    assert [s.status for s in result.steps] == [s.status for s in run.steps]
+    assert StepStatus.DEDUPLICATED in [s.status for s in result.steps]
+
+
+def test_a_stricter_policy_today_names_the_first_step_it_changes():
+    run = recorded(a_run())
+    stricter = replace(calculator_spec(), approval=ApprovalMode.ALWAYS)
+
+    result = rerun(run, specs={"calculate": stricter}, limits=Limits())
+
+    assert not result.matches
+    assert result.divergence is not None and result.divergence.seq == 2
+    assert result.divergence.expected["decision"] == "execute"  # type: ignore[index]
+    assert result.divergence.got["decision"] == "approve"  # type: ignore[index]

@@ -1,0 +1,146 @@
+"""The agent snapshot a run starts from, and the step detail it records, as data."""
+
+from __future__ import annotations
+
+import json
+
+from engine.spec import (
+    AgentSnapshot,
+    DetailKey,
+    ErrorClass,
+    Limits,
+    Risk,
+    StepDetail,
+    StopReason,
+)
+
+TOOLS = [
+    {
+        "name": "calculate",
+        "description": "Arithmetic.",
+        "parameters": {"type": "object", "properties": {}},
+        "kind": "python",
+        "risk": "read_only",
+        "version": 3,
+    },
+    {
+        "name": "send_email",
+        "description": "Mail.",
+        "parameters": {"type": "object", "properties": {}},
+        "risk": "irreversible",
+        "approval": "always",
+        "leaves_house": True,
+    },
+]
+
+
+def stored(**overrides: object) -> dict[str, object]:
+    """A snapshot as ``Task.agent_snapshot`` holds it."""
+    return {
+        "name": "assistant",
+        "model": "m",
+        "instructions": "Be brief.",
+        "limits": Limits(max_steps=5).to_json(),
+        "tools": TOOLS,
+        **overrides,
+    }
+
+
+def test_a_snapshot_reads_back_what_it_writes_in_the_stored_shape():
+    data = stored(history=[{"role": "user", "content": "hi"}])
+
+    snapshot = AgentSnapshot.from_json(data)
+
+    assert snapshot.to_json() == data
+    assert json.loads(json.dumps(snapshot.to_json())) == data
+    assert snapshot.limits == Limits(max_steps=5)
+    assert snapshot.history == ({"role": "user", "content": "hi"},)
+
+
+def test_an_older_snapshot_with_a_limit_that_no_longer_exists_still_loads():
+    limits = {"max_steps": 4, "max_parallel_http": 2, "retired_budget_s": 9.5}
+
+    snapshot = AgentSnapshot.from_json(stored(limits=limits))
+
+    assert snapshot.limits == Limits(max_steps=4)
+
+
+def test_missing_or_mistyped_limit_keys_take_their_defaults():
+    limits = {"max_tool_calls": "many", "time_budget_s": 30, "token_budget": 1e3}
+
+    snapshot = AgentSnapshot.from_json(stored(limits=limits))
+
+    assert snapshot.limits == Limits(time_budget_s=30.0, token_budget=1000)
+    assert AgentSnapshot.from_json(stored(limits={})).limits == Limits()
+
+
+def test_a_snapshot_without_limits_says_so_and_keeps_no_history_of_its_own():
+    data = stored()
+    del data["limits"]
+
+    snapshot = AgentSnapshot.from_json(data)
+
+    assert snapshot.limits is None and snapshot.history is None
+    assert "limits" not in snapshot.to_json()
+    assert AgentSnapshot.from_json(None) == AgentSnapshot()
+
+
+def test_keys_this_version_does_not_know_are_written_back_as_they_were():
+    data = stored(toolsets=["mail"])
+
+    assert AgentSnapshot.from_json(data).to_json() == data
+
+
+def test_a_tool_definition_is_found_by_name_in_one_place():
+    snapshot = AgentSnapshot.from_json(stored())
+
+    assert snapshot.tool("calculate") == TOOLS[0]
+    assert snapshot.tool("nope") is None
+    mail = snapshot.spec("send_email")
+    assert mail is not None and mail.risk is Risk.IRREVERSIBLE and mail.leaves_house
+    assert snapshot.spec("calculate").version == 3  # type: ignore[union-attr]
+    assert list(snapshot.specs()) == ["calculate", "send_email"]
+
+
+def test_broken_tool_entries_are_left_out():
+    snapshot = AgentSnapshot.from_json(stored(tools=[*TOOLS, "x", {"name": 3}]))
+
+    assert [d["name"] for d in snapshot.tools] == ["calculate", "send_email"]
+
+
+def test_the_system_prompt_falls_back_to_the_default_instructions():
+    assert AgentSnapshot.from_json(stored(instructions="")).system_prompt == (
+        "You are a helpful assistant."
+    )
+    assert AgentSnapshot.from_json(stored()).system_prompt == "Be brief."
+
+
+def test_step_detail_reads_the_control_keys_typed_from_plain_json():
+    detail = json.loads(
+        json.dumps(
+            {
+                DetailKey.SIGNATURE: "abc",
+                DetailKey.STOP: StopReason.REPEATED_CALL,
+                DetailKey.SAME_AS_SEQ: 2,
+                DetailKey.UNTRUSTED: True,
+                DetailKey.APPROVAL: {"reasons": ["irreversible action"]},
+            }
+        )
+    )
+
+    view = StepDetail(detail)
+
+    assert view.signature == "abc"
+    assert view.stop is StopReason.REPEATED_CALL
+    assert view.same_as_seq == 2 and view.untrusted and view.waited_for_approval
+    assert view.approval == {"reasons": ["irreversible action"]}
+    assert view.decision == {} and view.approved_hash is None
+    empty = StepDetail(None)
+    assert empty.stop is None and not empty.untrusted and empty.signature is None
+
+
+def test_error_classes_compare_equal_to_the_strings_stored():
+    assert ErrorClass.REPEATED_CALL == "repeated_call"
+    assert (
+        json.dumps({"error_class": ErrorClass.TIMEOUT}) == '{"error_class": "timeout"}'
+    )

@@ -1,0 +1,33 @@
+"""Waiting for a condition: poll it against a deadline, never sleep a guess."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 30.0,
+    *,
+    interval: float = 0.05,
+    what: str = "the condition",
+    detail: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy and return that.
+
+    After ``timeout`` seconds raise ``TimeoutError`` naming ``what`` and, when
+    given, what ``detail()`` says then (a log tail, say).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            message = f"{what} not met within {timeout:g} s"
+            if detail is not None:
+                message += "\n" + detail()
+            raise TimeoutError(message)
+        time.sleep(interval)
