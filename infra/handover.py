@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from django.conf import settings
 from django.db import migrations
 from django.db.migrations.operations.base import Operation
 
@@ -106,3 +107,26 @@ def hand_over(*, source: str, migration: str, owner: str) -> list[Operation]:
         *take_over(source=source, migration=migration, owners=owners, owner=owner),
         relabel_content_types(old=source, new=owner, models=models),
     ]
+
+
+def handover_migration(
+    *, source: str, owner: str, after: tuple[str, ...] = ()
+) -> type[migrations.Migration]:
+    """The whole first migration of ``owner``: it depends on the migration that
+    created the tables, on the apps named in ``after``, and takes its models over.
+    """
+    first = "0001_initial"
+    return type(
+        "Migration",
+        (migrations.Migration,),
+        {
+            "initial": True,
+            "dependencies": [
+                (source, first),
+                ("contenttypes", "0002_remove_content_type_name"),
+                migrations.swappable_dependency(settings.AUTH_USER_MODEL),
+                *((app, first) for app in after),
+            ],
+            "operations": hand_over(source=source, migration=first, owner=owner),
+        },
+    )

@@ -41,7 +41,7 @@ PART_VERSION = "0.2.0"
 
 HEARTBEAT_SECONDS = 10.0
 CHUNK_BYTES = 4 * 1024 * 1024
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "[local model]"
 
 

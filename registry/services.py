@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_json
 from engine.planning import check_definition, check_parameters_schema, check_tool_name
@@ -146,7 +147,9 @@ def tool_save(*, tool: Tool, user: Any = None) -> tuple[Tool, bool]:
         changed_at=timezone.now(),
     )
     audit_append(
-        kind="tool.registered" if previous is None else _change_kind(previous, tool),
+        kind=AuditKind.TOOL_REGISTERED
+        if previous is None
+        else _change_kind(previous, tool),
         actor=user,
         object_type="tool",
         object_id=tool.name,
@@ -169,7 +172,7 @@ def tool_confirm(*, tool: Tool, user: Any = None, enable: bool = True) -> Tool:
         tool, _ = tool_save(tool=tool, user=user)
         if not was_confirmed:
             audit_append(
-                kind="tool.confirmed",
+                kind=AuditKind.TOOL_CONFIRMED,
                 actor=user,
                 object_type="tool",
                 object_id=tool.name,
@@ -178,10 +181,10 @@ def tool_confirm(*, tool: Tool, user: Any = None, enable: bool = True) -> Tool:
     return tool
 
 
-def _change_kind(previous: Tool, tool: Tool) -> str:
+def _change_kind(previous: Tool, tool: Tool) -> AuditKind:
     if previous.enabled != tool.enabled:
-        return "tool.enabled" if tool.enabled else "tool.disabled"
-    return "tool.changed"
+        return AuditKind.TOOL_ENABLED if tool.enabled else AuditKind.TOOL_DISABLED
+    return AuditKind.TOOL_CHANGED
 
 
 def handler_for(tool: Tool) -> Handler | None:

@@ -29,6 +29,7 @@ from django.db.models.functions import Coalesce
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
+from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import dumps
 from engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
@@ -157,7 +158,7 @@ def task_start(
             updates["title"] = content[:80]
         Conversation.objects.filter(pk=conversation.pk).update(**updates)
         audit_append(
-            kind="task.started",
+            kind=AuditKind.TASK_STARTED,
             actor=conversation.owner,
             task_id=task.pk,
             object_type="task",
@@ -211,7 +212,7 @@ def task_cancel(*, task: Task, user: Any) -> Task:
         task.updated_at = now
         task.save(update_fields=fields)
         audit_append(
-            kind="task.cancel_requested",
+            kind=AuditKind.TASK_CANCEL_REQUESTED,
             actor=user,
             task_id=task.pk,
             object_type="task",
@@ -247,7 +248,7 @@ def _finish_task(
     )
     Conversation.objects.filter(pk=task.conversation_id).update(updated_at=now)
     audit_append(
-        kind="task.finished",
+        kind=AuditKind.TASK_FINISHED,
         actor="system",
         task_id=task.pk,
         object_type="task",

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
+from audit.models import AuditKind
 from audit.services import audit_append
 from engine.planning import Planner
 from engine.spec import (
@@ -143,7 +144,7 @@ def task_fork(
         # (counters bumped, parked calls' requests opened).
         runs.steps_insert(task=fork, records=records)
         audit_append(
-            kind="task.forked",
+            kind=AuditKind.TASK_FORKED,
             actor=user,
             task_id=fork.pk,
             object_type="task",

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from audit.models import AuditKind
 from audit.services import audit_append
 from engine.spec import (
     FINAL_TASK_STATUSES,
@@ -356,7 +357,7 @@ def trace_import(*, document: Any, user: Any) -> Task:
             created_at=finished,
         )
         audit_append(
-            kind="trace.imported",
+            kind=AuditKind.TRACE_IMPORTED,
             actor=user,
             task_id=task.pk,
             object_type="task",
