@@ -130,3 +130,40 @@ def handover_migration(
             "operations": hand_over(source=source, migration=first, owner=owner),
         },
     )
+
+
+def handoff_migration(
+    *, source: str, after: tuple[tuple[str, str], ...]
+) -> type[migrations.Migration]:
+    """The migration after which ``source`` holds none of the models its first
+    migration created: their relations, then the models, leave its state only.
+    """
+    module = importlib.import_module(f"{source}.migrations.0001_initial")
+    created = [
+        op
+        for op in module.Migration.operations
+        if isinstance(op, migrations.CreateModel)
+    ]
+    relations = [
+        migrations.RemoveField(model_name=op.name_lower, name=name)
+        for op in created
+        for name, field in op.fields
+        if field.is_relation
+    ] + [
+        migrations.RemoveField(model_name=op.model_name_lower, name=op.name)
+        for op in module.Migration.operations
+        if isinstance(op, migrations.AddField) and op.field.is_relation
+    ]
+    models = [migrations.DeleteModel(name=op.name) for op in created]
+    return type(
+        "Migration",
+        (migrations.Migration,),
+        {
+            "dependencies": [(source, "0001_initial"), *after],
+            "operations": [
+                migrations.SeparateDatabaseAndState(
+                    state_operations=[*relations, *models]
+                )
+            ],
+        },
+    )
