@@ -151,7 +151,7 @@ def handoff_migration(
         if field.is_relation
     ] + [
         migrations.RemoveField(model_name=op.model_name_lower, name=op.name)
-        for op in module.Migration.operations
+        for op in operations
         if isinstance(op, migrations.AddField) and op.field.is_relation
     ]
     models = [migrations.DeleteModel(name=op.name) for op in created]
