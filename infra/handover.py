@@ -139,11 +139,8 @@ def handoff_migration(
     migration created: their relations, then the models, leave its state only.
     """
     module = importlib.import_module(f"{source}.migrations.0001_initial")
-    created = [
-        op
-        for op in module.Migration.operations
-        if isinstance(op, migrations.CreateModel)
-    ]
+    operations = module.Migration.operations
+    created = [op for op in operations if isinstance(op, migrations.CreateModel)]
     relations = [
         migrations.RemoveField(model_name=op.name_lower, name=name)
         for op in created
