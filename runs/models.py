@@ -5,6 +5,7 @@ The tables keep the names they had in the ``agents`` app (``db_table``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import uuid
 from typing import Any
@@ -228,30 +229,12 @@ class Step(models.Model):
             rev=self.rev,
         )
 
-    RECORD_FIELDS = (
-        "kind",
-        "status",
-        "tool",
-        "tool_version",
-        "call_id",
-        "call_index",
-        "parent_seq",
-        "arguments",
-        "raw_arguments",
-        "proposed_arguments",
-        "result",
-        "error",
-        "error_class",
-        "attempts",
-        "model",
-        "request_id",
-        "response",
-        "usage",
-        "idempotency_key",
-        "tainted_by",
-        "detail",
-        "started_at",
-        "finished_at",
+    #: The fields a step persists of the engine's record: every field of
+    #: ``StepRecord`` but its identity (``seq``) and the journal's ``rev``.
+    RECORD_FIELDS = tuple(
+        f.name
+        for f in dataclasses.fields(engine.StepRecord)
+        if f.name not in ("seq", "rev")
     )
 
     def apply(self, record: engine.StepRecord) -> None:
