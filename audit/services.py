@@ -103,6 +103,24 @@ def audit_failed_login(sender: object, credentials: dict[str, Any], **_: Any) ->
     )
 
 
+def audit_task(
+    kind: AuditKind | str,
+    *,
+    task_id: Any,
+    actor: Any = None,
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append an event about one task (the task is also the event's object)."""
+    return audit_append(
+        kind=kind,
+        actor=actor,
+        task_id=task_id,
+        object_type="task",
+        object_id=task_id,
+        data=data,
+    )
+
+
 def audit_verify() -> tuple[int, list[str]]:
     """Check every event's hash and link; return (count checked, problems)."""
     problems: list[str] = []

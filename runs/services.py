@@ -30,7 +30,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from audit.models import AuditKind
-from audit.services import audit_append
+from audit.services import audit_task
 from engine.canonical import dumps
 from engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
 from engine.spec import (
@@ -157,12 +157,10 @@ def task_start(
         if not conversation.title:
             updates["title"] = content[:80]
         Conversation.objects.filter(pk=conversation.pk).update(**updates)
-        audit_append(
-            kind=AuditKind.TASK_STARTED,
-            actor=conversation.owner,
+        audit_task(
+            AuditKind.TASK_STARTED,
             task_id=task.pk,
-            object_type="task",
-            object_id=task.pk,
+            actor=conversation.owner,
             data={"agent": conversation.agent.name, "model": task.model},
         )
         enqueue_advance(task.pk)
@@ -211,12 +209,10 @@ def task_cancel(*, task: Task, user: Any) -> Task:
             ]
         task.updated_at = now
         task.save(update_fields=fields)
-        audit_append(
-            kind=AuditKind.TASK_CANCEL_REQUESTED,
-            actor=user,
+        audit_task(
+            AuditKind.TASK_CANCEL_REQUESTED,
             task_id=task.pk,
-            object_type="task",
-            object_id=task.pk,
+            actor=user,
         )
         notify.task_changed_on_commit(task.pk)
     return task
@@ -247,12 +243,10 @@ def _finish_task(
         created_at=now,
     )
     Conversation.objects.filter(pk=task.conversation_id).update(updated_at=now)
-    audit_append(
-        kind=AuditKind.TASK_FINISHED,
-        actor="system",
+    audit_task(
+        AuditKind.TASK_FINISHED,
         task_id=task.pk,
-        object_type="task",
-        object_id=task.pk,
+        actor="system",
         data={"status": task.status, "stop_reason": task.stop_reason},
     )
 

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.models import AuditKind
-from audit.services import audit_append, audit_json_lines
+from audit.services import audit_json_lines, audit_task
 from runs.api.common import error_response, visible_task_or_404
 from runs.permissions import can_audit
 from traces.export import trace_document
@@ -33,12 +33,10 @@ class TaskTrace(APIView):
     def get(self, request: Request, task_id: str) -> Response:
         task = visible_task_or_404(request, task_id)
         document = trace_document(task)
-        audit_append(
-            kind=AuditKind.TRACE_EXPORTED,
-            actor=request.user,
+        audit_task(
+            AuditKind.TRACE_EXPORTED,
             task_id=task.pk,
-            object_type="task",
-            object_id=task.pk,
+            actor=request.user,
         )
         return Response(document)
 

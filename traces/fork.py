@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from audit.models import AuditKind
-from audit.services import audit_append
+from audit.services import audit_task
 from engine.planning import Planner
 from engine.spec import (
     FINAL_STEP_STATUSES,
@@ -143,12 +143,10 @@ def task_fork(
         # Copies and re-planned calls alike go in the way a run writes its steps
         # (counters bumped, parked calls' requests opened).
         runs.steps_insert(task=fork, records=records)
-        audit_append(
-            kind=AuditKind.TASK_FORKED,
-            actor=user,
+        audit_task(
+            AuditKind.TASK_FORKED,
             task_id=fork.pk,
-            object_type="task",
-            object_id=fork.pk,
+            actor=user,
             data={
                 "parent": str(task.pk),
                 "from_seq": from_seq,

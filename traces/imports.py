@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditKind
-from audit.services import audit_append
+from audit.services import audit_task
 from engine.spec import (
     FINAL_TASK_STATUSES,
     AgentSnapshot,
@@ -356,12 +356,10 @@ def trace_import(*, document: Any, user: Any) -> Task:
             task=task,
             created_at=finished,
         )
-        audit_append(
-            kind=AuditKind.TRACE_IMPORTED,
-            actor=user,
+        audit_task(
+            AuditKind.TRACE_IMPORTED,
             task_id=task.pk,
-            object_type="task",
-            object_id=task.pk,
+            actor=user,
             data={"source_task": old_id or None},
         )
     return task
