@@ -453,21 +453,15 @@ def fmt(value: float | None, pattern: str = "{:.1f}") -> str:
 
 def git_state() -> str:
     """The commit measured, and whether the work tree had uncommitted changes."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30
+        ).stdout
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout.splitlines()
+        head = git("rev-parse", "--short", "HEAD").strip()
+        dirty = git("status", "--porcelain", "--untracked-files=no").splitlines()
     except (OSError, subprocess.SubprocessError):
         return "git state unknown"
     if not head:

@@ -174,29 +174,37 @@ def _fill_as_before(apps: Any) -> dict[str, Any]:
         conversation=conversation, role="user", content=task.goal, task=task
     )
     arguments = {"to": "bob@example.com", "subject": "Report", "body": "Attached."}
-    step_model.objects.create(
-        task=task,
-        seq=1,
-        rev=1,
-        kind="model_call",
-        status="succeeded",
+
+    def step(seq: int, rev: int, kind: str, status: str, **fields: Any) -> Any:
+        return step_model.objects.create(
+            task=task,
+            seq=seq,
+            rev=rev,
+            kind=kind,
+            status=status,
+            started_at=now,
+            **fields,
+        )
+
+    step(
+        1,
+        1,
+        "model_call",
+        "succeeded",
         model="fake-model",
         response={"role": "assistant", "content": None},
-        started_at=now,
         finished_at=now,
     )
-    waiting = step_model.objects.create(
-        task=task,
-        seq=2,
-        rev=3,
-        kind="tool_call",
-        status="waiting_approval",
+    waiting = step(
+        2,
+        3,
+        "tool_call",
+        "waiting_approval",
         tool="send_email",
         call_id="call_1",
         arguments=arguments,
         raw_arguments='{"to": "bob@example.com"}',
         idempotency_key=f"{task.pk}:1:0",
-        started_at=now,
     )
     approval = approval_model.objects.create(
         task=task,
