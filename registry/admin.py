@@ -157,16 +157,23 @@ def version_changes(
     return changes
 
 
-def render_version_diff(version: ToolVersion) -> str:
-    """HTML (escaped, from a template) of what ``version`` changed."""
+def changes_from_previous(
+    version: ToolVersion,
+) -> tuple[ToolVersion | None, list[dict[str, Any]]]:
+    """The version before ``version`` (None for the first) and what changed since."""
     previous = (
         ToolVersion.objects.filter(tool_id=version.tool_id, version__lt=version.version)
         .order_by("-version")
         .first()
     )
-    changes = version_changes(
+    return previous, version_changes(
         previous.definition if previous else None, version.definition or {}
     )
+
+
+def render_version_diff(version: ToolVersion) -> str:
+    """HTML (escaped, from a template) of what ``version`` changed."""
+    previous, changes = changes_from_previous(version)
     return render_to_string(
         "admin/registry/toolversion/_diff.html",
         {
@@ -191,14 +198,7 @@ class ToolVersionInline(admin.TabularInline):
 
     @admin.display(description="changes")
     def changed_fields(self, obj: ToolVersion) -> str:
-        previous = (
-            ToolVersion.objects.filter(tool_id=obj.tool_id, version__lt=obj.version)
-            .order_by("-version")
-            .first()
-        )
-        changes = version_changes(
-            previous.definition if previous else None, obj.definition or {}
-        )
+        previous, changes = changes_from_previous(obj)
         summary = (
             "first version"
             if previous is None
