@@ -120,8 +120,14 @@ def start_model(env: dict[str, str], *args: str) -> tuple[Proc, str]:
 # -- setup -------------------------------------------------------------------------
 
 
-def prepare(var_dir: Path) -> tuple[Any, dict[str, str]]:
-    """Environment, Redis, database: returns the Redis server and the child env."""
+def prepare(
+    var_dir: Path, database_url: str | None = None
+) -> tuple[Any, dict[str, str]]:
+    """Environment, Redis, database: returns the Redis server and the child env.
+
+    The database is a scratch SQLite file under ``var_dir`` unless ``database_url``
+    names one (e.g. an empty PostgreSQL database for the scale-out runs).
+    """
     sys.path.insert(0, str(ROOT))
     from tests.support.redis_server import BundledRedis
 
@@ -140,6 +146,8 @@ def prepare(var_dir: Path) -> tuple[Any, dict[str, str]]:
     }
     for name in ("DATABASE_URL", "OPENAI_BASE_URL", "REACH_TEST_DB_NAME"):
         env.pop(name, None)
+    if database_url:
+        env["DATABASE_URL"] = database_url
     os.environ.clear()
     os.environ.update(env)
     import django
@@ -509,11 +517,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="worker processes for part 2, comma-separated runs (default 1,2)",
     )
     parser.add_argument("--only", choices=["overhead", "concurrent"], default=None)
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="an empty database to run on (default: scratch SQLite)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON as well")
     options = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="reach-bench-") as tmp:
-        redis_server, env = prepare(Path(tmp))
+        redis_server, env = prepare(Path(tmp), options.database_url)
         try:
             one = floor = None
             two: list[dict[str, Any]] = []
