@@ -462,7 +462,8 @@ def report(
     floor: dict[str, Any] | None,
 ) -> str:
     cores = os.cpu_count()
-    out = [f"Agent Reach benchmark · {cores} cores · SQLite (WAL) + bundled Redis"]
+    database = "PostgreSQL" if os.environ.get("DATABASE_URL") else "SQLite (WAL)"
+    out = [f"Agent Reach benchmark · {cores} cores · {database} + bundled Redis"]
     if one:
         out += [
             "",
