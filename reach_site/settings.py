@@ -128,6 +128,10 @@ TEMPLATES = [
 
 # Database: SQLite under var/ unless DATABASE_URL says otherwise.
 SQLITE_PATH = VAR_DIR / "reach.sqlite3"
+#: Threads of each Celery worker (runs wait on the model, so many); the
+#: PostgreSQL pool below is sized to cover them plus POOL_SPARE.
+WORKER_CONCURRENCY = env_int("REACH_WORKER_CONCURRENCY", 64)
+POOL_SPARE = 8
 DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}"
 _default_db = dj_database_url.parse(DATABASE_URL)
 if _default_db["ENGINE"] == "django.db.backends.sqlite3":
@@ -145,10 +149,15 @@ if _default_db["ENGINE"] == "django.db.backends.sqlite3":
     EMBEDDED_DATABASE = f"sqlite:///{SQLITE_PATH}" == DATABASE_URL
 else:
     if env_bool("REACH_DB_POOL", True):
-        # Celery closes connections around every task; a pool keeps them cheap.
+        # Celery closes connections around every task; a pool keeps them cheap. A
+        # worker holds one connection per busy thread (and a few for tool handlers
+        # and the heartbeat); a thread that finds the pool empty waits `timeout`
+        # seconds and its run fails, so by default the pool covers the threads.
         _default_db.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 2,
-            "max_size": env_int("REACH_DB_POOL_MAX", 20),
+            "max_size": env_int(
+                "REACH_DB_POOL_MAX", max(20, WORKER_CONCURRENCY + POOL_SPARE)
+            ),
             "timeout": 20,
         }
         _default_db["CONN_MAX_AGE"] = 0
@@ -236,7 +245,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-CELERY_WORKER_CONCURRENCY = env_int("REACH_WORKER_CONCURRENCY", 64)
+CELERY_WORKER_CONCURRENCY = WORKER_CONCURRENCY
 
 # The model: any OpenAI-compatible endpoint; else the local model the launcher
 # runs (its URL under var/model.url).

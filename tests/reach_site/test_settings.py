@@ -1,0 +1,52 @@
+"""Settings that must hold together on PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pool(**env: str) -> dict[str, int]:
+    """The pool options settings give a process started with ``env``."""
+    child = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REACH_", "DATABASE_URL"))
+    }
+    child.update(
+        DATABASE_URL="postgres://reach@127.0.0.1:5432/reach",
+        DJANGO_SETTINGS_MODULE="reach_site.settings",
+        REACH_VAR_DIR=os.environ.get("REACH_VAR_DIR", str(ROOT / "var")),
+        **env,
+    )
+    code = (
+        "import json; from django.conf import settings; "
+        "print(json.dumps(settings.DATABASES['default']['OPTIONS']['pool']))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=child,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_pool_covers_every_worker_thread_by_default():
+    # 200 threads against a pool of 20 made runs fail with PoolTimeout.
+    assert _pool(REACH_WORKER_CONCURRENCY="200")["max_size"] >= 200
+    assert _pool()["max_size"] >= 64
+
+
+def test_an_explicit_pool_size_wins():
+    assert (
+        _pool(REACH_WORKER_CONCURRENCY="200", REACH_DB_POOL_MAX="30")["max_size"] == 30
+    )
