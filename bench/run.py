@@ -214,12 +214,15 @@ class BareAgent:
         import openai
 
         from engine.safe_eval import evaluate_arithmetic
+        from engine.spec import ToolSpec
         from registry.models import Agent
-        from registry.services import agent_snapshot, spec_from_definition
+        from registry.services import agent_snapshot
 
         snapshot = agent_snapshot(Agent.objects.get(name="assistant"))
         self.instructions = snapshot["instructions"]
-        self.tools = [spec_from_definition(d).openai_tool() for d in snapshot["tools"]]
+        self.tools = [
+            ToolSpec.from_definition(d).openai_tool() for d in snapshot["tools"]
+        ]
         self.evaluate = evaluate_arithmetic
         limits = httpx2.Limits(
             max_connections=connections, max_keepalive_connections=connections

@@ -227,9 +227,6 @@ def agent_snapshot(agent: Agent) -> dict[str, Any]:
 
 
 #: The spec of a recorded tool definition (one definition: the engine's).
-spec_from_definition = ToolSpec.from_definition
-
-
 def toolbox_for_snapshot(snapshot: AgentSnapshot | Mapping[str, Any]) -> Toolbox:
     """Specs as the run saw them at its start; handlers only for tools still enabled.
 
