@@ -43,6 +43,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from reach_site.launcher import is_ours
+
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / "bench" / "peers"
 PEER_VENV_PY = ROOT / ".venv-peers" / "bin" / "python"
@@ -63,13 +65,6 @@ LABELS = {
 #: The environment that must not leak from a developer's shell into the bench
 #: instance: it would point it at their database or Redis.
 SCRUBBED = ("DATABASE_URL", "REDIS_URL", "REACH_TEST_DB_NAME", "REACH_TEST_SQLITE")
-#: How a child's command line is recognised before it is killed (as in up.py).
-MARKERS = {
-    "redis": "redis-server",
-    "web": "daphne",
-    "worker": "celery",
-    "beat": "celery",
-}
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
 PHASE_TIMEOUT_S = 40 * 60.0
@@ -187,8 +182,7 @@ class Product:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(10)
         for name, pid in children.items():
-            marker = MARKERS.get(name, name)
-            if is_alive(pid) and marker in cmdline(pid):
+            if is_ours(pid, name):
                 log(f"{name} (pid {pid}) outlived the launcher: killing it")
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
@@ -197,30 +191,6 @@ class Product:
             self.log_file.close()
             self.log_file = None
         self.process = None
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}/stat").exists() and not zombie(pid)
-
-
-def zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def process_cpu(pid: int) -> float:

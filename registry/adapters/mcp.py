@@ -790,30 +790,17 @@ def mcp_import_tools(
     for remote in remote_tools:
         listed.add(remote.name)
         try:
-            parameters = repair_schema(remote.input_schema)
+            offer = _offer(server, remote)
         except ValueError as exc:
             outcomes.append(ImportOutcome(remote.name, "", "skipped", str(exc)))
             continue
-        description = (
-            remote.description
-            or remote.title
-            or (
-                f"{remote.name} (a tool of the MCP server {server.name}; it gave no "
-                "description)."
-            )
-        )
-        policy = default_policy(remote)
         tool = existing.get(remote.name)
         try:
             with transaction.atomic():
                 if tool is None:
-                    outcome = _create(
-                        server, remote, description, parameters, policy, taken, user
-                    )
+                    outcome = _create(server, offer, taken, user)
                 else:
-                    outcome = _update(
-                        tool, remote, description, parameters, policy, user
-                    )
+                    outcome = _update(tool, offer, user)
         except ValidationError as exc:
             detail = "; ".join(
                 f"{field}: {' '.join(messages)}"
@@ -837,21 +824,44 @@ def mcp_import_tools(
     return outcomes
 
 
+@dataclass(frozen=True)
+class _Offer:
+    """One listed tool as the registry would store it."""
+
+    remote: RemoteTool
+    description: str
+    parameters: dict[str, Any]
+    policy: dict[str, Any]
+
+
+def _offer(server: MCPServer, remote: RemoteTool) -> _Offer:
+    """Raises ``ValueError`` when the tool's input schema cannot be repaired."""
+    description = (
+        remote.description
+        or remote.title
+        or (
+            f"{remote.name} (a tool of the MCP server {server.name}; it gave no "
+            "description)."
+        )
+    )
+    return _Offer(
+        remote=remote,
+        description=description,
+        parameters=repair_schema(remote.input_schema),
+        policy=default_policy(remote),
+    )
+
+
 def _create(
-    server: MCPServer,
-    remote: RemoteTool,
-    description: str,
-    parameters: dict[str, Any],
-    policy: dict[str, Any],
-    taken: set[str],
-    user: Any,
+    server: MCPServer, offer: _Offer, taken: set[str], user: Any
 ) -> ImportOutcome:
+    remote, policy = offer.remote, offer.policy
     name = _free_name(sanitise_name(remote.name), server, remote.name, taken)
     check_tool_name(name)
     tool = Tool(
         name=name,
-        description=description,
-        parameters=parameters,
+        description=offer.description,
+        parameters=offer.parameters,
         kind=Tool.Kind.MCP,
         mcp_server=server,
         mcp_tool=remote.name,
@@ -868,18 +878,14 @@ def _create(
     return ImportOutcome(remote.name, tool.name, "created", detail, tool.version)
 
 
-def _update(
-    tool: Tool,
-    remote: RemoteTool,
-    description: str,
-    parameters: dict[str, Any],
-    policy: dict[str, Any],
-    user: Any,
-) -> ImportOutcome:
-    changed = tool.description != description or tool.parameters != parameters
+def _update(tool: Tool, offer: _Offer, user: Any) -> ImportOutcome:
+    remote, policy = offer.remote, offer.policy
+    changed = (
+        tool.description != offer.description or tool.parameters != offer.parameters
+    )
     stricter = _RISK_RANK[Risk(policy["risk"])] > _RISK_RANK[Risk(tool.risk)]
-    tool.description = description
-    tool.parameters = parameters
+    tool.description = offer.description
+    tool.parameters = offer.parameters
     if not tool.confirmed or stricter:
         for key, value in policy.items():
             setattr(tool, key, value)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from localmodel.chatformat import content_text
 from tests.support.lifecycle import Started
 from tests.support.replies import (
     AnyReply,
@@ -73,23 +74,6 @@ GREETING_TEXT = "你好！我可以搜索项目笔记并计算预算。"
 
 
 # Conversation helpers ---------------------------------------------------------
-
-
-def content_text(content: Any) -> str:
-    """The text of a message ``content`` (a string, ``None`` or a parts list)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping):
-                parts.append(str(part.get("text") or part.get("refusal") or ""))
-            else:
-                parts.append(str(part))
-        return "".join(parts)
-    return str(content)
 
 
 def messages_of(request: Mapping[str, Any]) -> list[dict[str, Any]]:
