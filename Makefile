@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: up test install model chromium bench lint test-sqlite test-postgres clean
+.PHONY: up test install model chromium bench lint test-sqlite test-postgres clean eval
 
 $(PY):
 	@echo "==> creating $(VENV)"
@@ -30,6 +30,13 @@ up: install
 	$(PY) manage.py seed_demo --if-enabled
 	@if [ -z "$$OPENAI_BASE_URL" ]; then $(PY) -m localmodel.install; fi
 	exec $(PY) manage.py up
+
+# The built-in eval suites (notes-demo three times, injection) on the configured
+# model, the built-in one by default, on a product of their own (var/eval).
+# EVAL_ARGS="notes-demo:5" or EVAL_ARGS="-- --model other" (evals/standalone.py).
+eval: install
+	@if [ -z "$$OPENAI_BASE_URL" ]; then $(PY) -m localmodel.install; fi
+	$(PY) -m evals.standalone $(EVAL_ARGS)
 
 # Debian's chromium for the browser tests (Playwright drives it; no download).
 # A CJK font too, or the Chinese demo text renders as empty boxes.

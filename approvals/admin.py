@@ -12,8 +12,9 @@ class ApprovalRequestAdmin(ReadOnlyAdmin):
         "preview",
         "tool",
         "status",
+        "decision",
         "requested_by",
         "requested_at",
         "decided_by",
     )
-    list_filter = ("status", "tool", "risk")
+    list_filter = ("status", "decision", "tool", "risk")

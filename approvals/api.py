@@ -37,11 +37,19 @@ class ApprovalSchema(serializers.Serializer):
     decided_by = serializers.CharField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField(allow_null=True)
+    decision = serializers.ChoiceField(
+        ApprovalDecision.values,
+        allow_null=True,
+        help_text="What was decided (status alone cannot tell mark_done from "
+        "retry); null until decided",
+    )
 
 
 class DecisionSchema(serializers.Serializer):
     decision = serializers.ChoiceField(
-        ApprovalDecision.values, help_text="mark_done: recovery requests only"
+        ApprovalDecision.values,
+        help_text="mark_done, retry: recovery requests only (approve on one is a "
+        "retry)",
     )
     arguments = serializers.JSONField(required=False, help_text="A full replacement")
     reason = serializers.CharField(required=False, help_text="Required to reject")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
 
 from approvals.events import load_approval_event
 from approvals.services import can_decide
 from infra.push import APPROVALS_GROUP
-from runs.consumers import ReachConsumer
+from runs.consumers import REFUSED, ReachConsumer
 
 
 class ApprovalsConsumer(ReachConsumer):
@@ -20,10 +21,36 @@ class ApprovalsConsumer(ReachConsumer):
         return [APPROVALS_GROUP]
 
     async def reach_approval(self, message: dict[str, Any]) -> None:
-        """A request changed: send its committed state and card, rendered here."""
-        event = await database_sync_to_async(load_approval_event)(message["id"])
+        """A request changed: send its committed state and card, rendered here,
+        if this listener may still decide; otherwise close the socket."""
+        if not self.groups_joined:
+            return  # Closed for a revoked permission; a poke was already queued.
+        allowed, event = await database_sync_to_async(_event_for)(
+            self.scope["user"].pk, message["id"]
+        )
+        if not allowed:
+            # Close as a refused connect does; leave the groups at once, so
+            # events already on their way find no one.
+            await self.disconnect(REFUSED)
+            self.groups_joined = []
+            await self.close(code=REFUSED)
+            return
         if event is not None:
             await self.send_json(event)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         await self.send_json({"type": "error", "error": "This socket only sends."})
+
+
+def _event_for(user_id: Any, approval_id: Any) -> tuple[bool, dict[str, Any] | None]:
+    """Whether the user may still decide, and if so the approval's event.
+
+    A card carries the full arguments, so the permission checked on connect is
+    checked again on every event: read the user afresh (the scope's user caches
+    its permissions), so a revoked permission, a removed group or a deactivated
+    account stops the cards at the next one.
+    """
+    user = get_user_model().objects.filter(pk=user_id).first()
+    if user is None or not can_decide(user):
+        return False, None
+    return True, load_approval_event(approval_id)

@@ -10,12 +10,15 @@ from django.utils import timezone
 
 
 class ApprovalDecision(models.TextChoices):
-    """What an approver may decide; the label is how a step shows it."""
+    """What an approver may decide; the label is how steps and the history show it."""
 
     APPROVE = "approve", "approved"
     REJECT = "reject", "rejected"
     # Recovery requests only: the operator checked that the call happened.
     MARK_DONE = "mark_done", "marked done"
+    # Recovery requests only: run the call again (``approve`` on a recovery
+    # request means the same and is recorded as this).
+    RETRY = "retry", "retried"
 
 
 class ApprovalRequest(models.Model):
@@ -66,6 +69,12 @@ class ApprovalRequest(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
+    # What the deciding approver chose. ``status`` says whether the call may run
+    # (mark done and retry are both ``approved``); this says what was decided.
+    # Empty while pending and for requests nobody decided (expired, cancelled).
+    decision = models.CharField(
+        max_length=10, choices=ApprovalDecision.choices, blank=True
+    )
     diff = models.JSONField(null=True, blank=True)
     # Bumped by every vote; a decision is a compare-and-swap on it.
     version = models.PositiveIntegerField(default=0)

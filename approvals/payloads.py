@@ -36,6 +36,9 @@ def approval_payload(approval: ApprovalRequest) -> dict[str, Any]:
         "decided_at": iso(approval.decided_at),
         "reason": approval.reason or None,
         # Extensions.
+        # What was decided (``approve``, ``reject``, ``mark_done``, ``retry``);
+        # ``status`` alone cannot tell mark done from retry. Null until decided.
+        "decision": approval.decision or None,
         "kind": approval.kind,
         "reasons": list(approval.reasons or []),
         "requested_by": approval.requested_by.get_username(),

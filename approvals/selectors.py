@@ -11,10 +11,16 @@ from approvals.models import ApprovalRequest
 
 def approvals_shown() -> QuerySet[ApprovalRequest]:
     """Requests with everything a card or the JSON shows: the task and its
-    agent, the people, the step and the votes (no query per row)."""
-    return ApprovalRequest.objects.select_related(
-        "task__agent", "requested_by", "decided_by", "step"
-    ).prefetch_related("votes__user")
+    agent, the people, the step and the votes (no query per row).
+
+    An evaluation's requests are left out everywhere people look: its simulated
+    approver decides them (``evals.services``), nobody else.
+    """
+    return (
+        ApprovalRequest.objects.filter(task__eval_case__isnull=True)
+        .select_related("task__agent", "requested_by", "decided_by", "step")
+        .prefetch_related("votes__user")
+    )
 
 
 def approval_shown(approval_id: Any) -> ApprovalRequest | None:

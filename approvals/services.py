@@ -6,13 +6,11 @@ deciding, cancelling and running never deadlock on PostgreSQL.
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -37,15 +35,18 @@ from engine.spec import (
     ToolSpec,
 )
 from infra.runtime import redactor
+from runs import ports
 from runs import services as runs
 from runs.models import Step, Task
-
-log = logging.getLogger(__name__)
 
 DECIDE_PERMISSION = "approvals.decide_approval"
 RECOVERY_REASON = (
     "the worker stopped while this call was running: whether it happened is unknown"
 )
+
+
+#: Decisions only a recovery request ("did it happen?") takes.
+RECOVERY_DECISIONS = frozenset({ApprovalDecision.MARK_DONE, ApprovalDecision.RETRY})
 
 
 class DecisionError(Exception):
@@ -100,8 +101,9 @@ def approval_create(
         data={"tool": approval.tool, "step": step.seq, "kind": approval.kind},
     )
     approval_events.approval_changed_on_commit(approval.pk)
-    if settings.REACH_APPROVAL_EMAILS:
-        transaction.on_commit(lambda: _email_approvers(approval.pk))
+    if settings.REACH_APPROVAL_EMAILS and task.eval_case is None:
+        # An evaluation's simulated approver decides: nobody is mailed.
+        _email_approvers(approval)
     return approval
 
 
@@ -133,30 +135,34 @@ def _audit(
     )
 
 
-def _email_approvers(approval_id: Any) -> None:
-    approval = ApprovalRequest.objects.filter(pk=approval_id).first()
-    if approval is None:
-        return
-    users = [
-        u
-        for u in get_user_model().objects.filter(is_active=True).exclude(email="")
-        if u.has_perm(DECIDE_PERMISSION)
-    ]
-    if not users:
-        return
-    try:
-        send_mail(
-            subject=f"[Agent Reach] Approval needed: {approval.preview[:80]}",
-            message=(
-                f"{approval.requested_by.get_username()}'s agent wants to run "
-                f"{approval.tool}.\n\n{approval.preview}\n\nDecide in the queue: "
-                f"{settings.REACH_PUBLIC_URL.rstrip('/')}/approvals/\n"
-            ),
-            from_email=settings.DEFAULT_FROM_EMAIL,
-            recipient_list=[u.email for u in users],
+def _email_approvers(approval: ApprovalRequest) -> None:
+    """Queue one notice per approver in the outbox (the caller's transaction).
+
+    Never send from here or from a commit hook: this runs in the worker that
+    parks the call, and a slow mail server would stall the run. The dispatcher
+    sends the notices after commit, with ``EMAIL_TIMEOUT``, and retries them.
+    """
+    approvers = (
+        get_user_model()
+        .objects.with_perm(DECIDE_PERMISSION, is_active=True, include_superusers=True)
+        .exclude(email="")
+        # Nobody decides on their own request: no point telling them.
+        .exclude(pk=approval.requested_by_id)
+        .order_by("pk")
+    )
+    subject = f"[Agent Reach] Approval needed: {approval.preview[:80]}"
+    body = (
+        f"{approval.requested_by.get_username()}'s agent wants to run "
+        f"{approval.tool}.\n\n{approval.preview}\n\nDecide in the queue: "
+        f"{settings.REACH_PUBLIC_URL.rstrip('/')}/approvals/\n"
+    )
+    for user in approvers:
+        ports.mail().queue(
+            key=f"approval:{approval.pk}:{user.pk}",
+            to=user.email,
+            subject=subject,
+            body=body,
         )
-    except Exception:  # noqa: BLE001 - notification is best effort
-        log.warning("approval email failed", exc_info=True)
 
 
 def approval_decide(
@@ -170,8 +176,10 @@ def approval_decide(
     """Decide a pending request. Exactly one of concurrent decisions wins.
 
     ``decision`` is an :class:`ApprovalDecision` (or its value): approve, reject
-    or, for recovery requests, mark done. Raises :class:`DecisionError` (403, 400
-    or 409).
+    or, for recovery requests, mark done or retry (``approve`` on a recovery
+    request is a retry, and is recorded as one). The request records the decision
+    beside the status it leads to. Raises :class:`DecisionError` (403, 400 or
+    409).
     """
     if not can_decide(user):
         raise DecisionError("You do not have permission to decide approvals.", 403)
@@ -185,13 +193,16 @@ def approval_decide(
         raise DecisionError("A reason is required to reject.", 400)
     if user.pk == approval.requested_by_id:
         raise DecisionError("You cannot decide on your own task's request.", 403)
-    if (
-        decision is ApprovalDecision.MARK_DONE
-        and approval.kind != ApprovalRequest.Kind.RECOVERY
-    ):
-        raise DecisionError("mark_done applies to recovery requests only.", 400)
+    recovery = approval.kind == ApprovalRequest.Kind.RECOVERY
+    if decision in RECOVERY_DECISIONS and not recovery:
+        raise DecisionError(f"{decision.value} applies to recovery requests only.", 400)
+    if recovery and decision is ApprovalDecision.APPROVE:
+        # What approving "did it happen?" means: run it again.
+        decision = ApprovalDecision.RETRY
+    # Retry is an approval of the call as it was: votes, two-person rule and all.
+    approving = decision in (ApprovalDecision.APPROVE, ApprovalDecision.RETRY)
 
-    if approval.kind == ApprovalRequest.Kind.RECOVERY and arguments is not None:
+    if recovery and arguments is not None:
         raise DecisionError(
             "A recovery request retries the call as it was; it cannot be edited.", 400
         )
@@ -213,7 +224,7 @@ def approval_decide(
             else current.arguments
         )
         final_args = current.arguments
-        if decision is ApprovalDecision.APPROVE and arguments is not None:
+        if approving and arguments is not None:
             final_args = _validated_edit(task, current, arguments)
         final_hash = canonical_hash(final_args)
         edited = final_hash != canonical_hash(original)
@@ -230,7 +241,7 @@ def approval_decide(
                 _preview(definition, final_args) or current.preview
             )[:500]
 
-        if decision is ApprovalDecision.APPROVE:
+        if approving:
             try:
                 with transaction.atomic():
                     ApprovalVote.objects.create(
@@ -259,6 +270,7 @@ def approval_decide(
             status = ApprovalRequest.Status.REJECTED
             edit_fields = {}
         else:
+            # Mark done: the call happened; approved, with nothing left to run.
             status = ApprovalRequest.Status.APPROVED
             edit_fields = {}
 
@@ -269,18 +281,21 @@ def approval_decide(
             decided_by=user,
             decided_at=now,
             reason=reason,
+            decision=decision,
             **edit_fields,
         )
         if not won:
             raise DecisionError("Someone else decided first.", 409)
-        _apply_to_step(task, current, decision, final_args, user, reason)
+        # The step keeps the engine's vocabulary: a retry runs as an approval.
+        step_decision = ApprovalDecision.APPROVE if approving else decision
+        _apply_to_step(task, current, step_decision, final_args, user, reason)
         _audit(
             AuditKind.APPROVAL_DECIDED,
             current,
             actor=user,
             data={
                 "decision": decision.value,
-                "edited": edited and decision is ApprovalDecision.APPROVE,
+                "edited": edited and approving,
             },
         )
         approval_events.approval_changed_on_commit(current.pk)

@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from infra.processes import spawn
 from reach_site.launcher import is_ours
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,17 +129,12 @@ class Product:
     def start(self) -> None:
         log(f"starting the product on {self.url} (model {self.model_url})")
         self.log_file = self.log_path.open("a")
-        self.process = subprocess.Popen(
+        self.process = spawn(
             [sys.executable, "manage.py", "up"],
             cwd=ROOT,
             env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
+            on_line=self._line,
         )
-        threading.Thread(target=self._read, daemon=True).start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.ready.wait(0.2):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -147,16 +143,14 @@ class Product:
                 raise RuntimeError(f"the product did not come up:\n{tail}")
         log(f"the product is up: {self.pids()}")
 
-    def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
+    def _line(self, line: str) -> None:
         assert self.log_file is not None
-        for line in self.process.stdout:
-            self.log_file.write(line)
-            if len(self.lines) < 5000:
-                self.lines.append(line.rstrip())
-            if "Agent Reach is up" in line:
-                self.ready.set()
-        self.log_file.flush()
+        self.log_file.write(line + "\n")
+        if len(self.lines) < 5000:
+            self.lines.append(line)
+        if "Agent Reach is up" in line:
+            self.log_file.flush()
+            self.ready.set()
 
     def pids(self) -> dict[str, int]:
         try:

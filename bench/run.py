@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from infra.processes import spawn
+
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表达式并计算总和。"
 
@@ -45,23 +47,12 @@ class Proc:
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str]) -> None:
         self.name = name
         self.lines: list[str] = []
-        self.process = subprocess.Popen(
-            list(argv),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
         self._lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.process = spawn(argv, cwd=ROOT, env=env, on_line=self._line)
 
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            with self._lock:
-                self.lines.append(line.rstrip())
+    def _line(self, line: str) -> None:
+        with self._lock:
+            self.lines.append(line)
 
     def wait_line(self, text: str, timeout: float = 60) -> str:
         deadline = time.monotonic() + timeout

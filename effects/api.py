@@ -37,9 +37,17 @@ class NoteList(APIView):
         user = request.user
         if not (can_register_tools(user) or can_audit(user)):
             raise PermissionDenied("Only admins and auditors add notes.")
-        title = str(request.data.get("title", "")).strip()
-        content = str(request.data.get("content", "")).strip()
+        data = request.data if isinstance(request.data, dict) else None
+        if data is None:
+            raise ApiValidationError({"detail": 'Send {"title": …, "content": …}.'})
         errors = {}
+        for name in ("title", "content"):
+            if not isinstance(data.get(name, ""), str):
+                errors[name] = f"{name} is text."
+        if errors:
+            raise ApiValidationError(errors)
+        title = data.get("title", "").strip()
+        content = data.get("content", "").strip()
         if not title:
             errors["title"] = "A title is required."
         if not content:

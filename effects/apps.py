@@ -11,3 +11,8 @@ class EffectsConfig(AppConfig):
         # The built-in handlers register themselves with the registry on import;
         # they use the models, so this waits for ready().
         from effects import builtins  # noqa: F401
+        from effects.services import mail_queue
+        from runs.ports import MailPort, plug_mail
+
+        # Approvals mails approvers through the outbox via this port (runs/ports.py).
+        plug_mail(MailPort(queue=mail_queue))

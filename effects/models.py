@@ -89,6 +89,10 @@ class Outbox(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # When a dispatcher last claimed the row (set with ``sending``): a send in
+    # flight is judged by how long ago it was claimed, not by how long the mail
+    # waited before that.
+    claimed_at = models.DateTimeField(null=True, blank=True)
     sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

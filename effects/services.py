@@ -17,8 +17,11 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+# The module, not its names: effects.tasks imports this module too.
+from effects import tasks as effect_tasks
 from effects.models import Outbox, ToolExecution
 from engine.canonical import canonical_hash
 from engine.execution import ToolError
@@ -83,6 +86,36 @@ def queue_email(*, key: str, to: str, subject: str, body: str) -> dict[str, Any]
     return {"status": "queued", "to": row.to, "message_id": row.message_id}
 
 
+def mail_queue(*, key: str, to: str, subject: str, body: str) -> Outbox:
+    """Queue a notification mail (approvals' port, runs/ports.py).
+
+    Write the outbox row inside the caller's transaction and hand the send to the
+    dispatcher once it commits: the caller (a worker holding a task's lock) never
+    waits on a mail server, nothing is sent for a transaction that rolls back, and
+    a mail whose enqueue is lost is sent by the beat dispatcher. Queuing one key
+    twice is a no-op.
+    """
+    row, created = Outbox.objects.get_or_create(
+        idempotency_key=key,
+        defaults={
+            "message_id": message_id_for(key),
+            "to": to,
+            "subject": subject[:500],
+            "body": body,
+        },
+    )
+    if created:
+        transaction.on_commit(lambda: _enqueue_dispatch(key))
+    return row
+
+
+def _enqueue_dispatch(key: str) -> None:
+    try:
+        effect_tasks.dispatch_mail.delay(key)
+    except Exception:  # noqa: BLE001 - the beat dispatcher sends it within 30 s
+        log.warning("enqueue of mail %s failed; the dispatcher will send it", key)
+
+
 def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
     """Send pending mail (one key, or a batch); return the status of ``key``."""
     rows = Outbox.objects.filter(status=Outbox.Status.PENDING)
@@ -90,9 +123,12 @@ def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
         rows = rows.filter(idempotency_key=key)
     status = None
     for row in list(rows.order_by("created_at")[:limit]):
-        # Claim the row so two dispatchers never send it twice.
+        # Claim the row so two dispatchers never send it twice; the claim time
+        # tells the reaper of stuck sends how long this send has been in flight.
         claimed = Outbox.objects.filter(pk=row.pk, status=Outbox.Status.PENDING).update(
-            status="sending", attempts=row.attempts + 1
+            status=Outbox.Status.SENDING,
+            attempts=row.attempts + 1,
+            claimed_at=timezone.now(),
         )
         if not claimed:
             continue
@@ -125,10 +161,19 @@ def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
 def outbox_reset_stuck(older_than_s: int = 600) -> int:
     """Mail left 'sending' by a crashed dispatcher goes back to pending.
 
-    Its Message-ID is derived from the idempotency key, so a receiver that got
-    the first copy recognises the second.
+    A send is stuck when it was *claimed* more than ``older_than_s`` ago (far
+    beyond ``EMAIL_TIMEOUT``), however long the mail waited before its claim:
+    judged by its age, a mail that waited and was just claimed would go back to
+    pending while its first send is in flight, and be sent twice. Its Message-ID
+    is derived from the idempotency key, so a receiver that got the first copy
+    of a really stuck send recognises the second.
     """
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    return Outbox.objects.filter(status="sending", created_at__lt=cutoff).update(
+    stuck = Q(claimed_at__lt=cutoff) | Q(
+        # Claimed before claims were recorded: its age is all there is to go by.
+        claimed_at__isnull=True,
+        created_at__lt=cutoff,
+    )
+    return Outbox.objects.filter(stuck, status=Outbox.Status.SENDING).update(
         status=Outbox.Status.PENDING
     )

@@ -137,13 +137,24 @@ class OpenAIModelClient:
             ),
             trust_env=False,
         )
-        self._client = openai.OpenAI(
-            base_url=base_url,
-            api_key=api_key,
-            timeout=timeout,
-            max_retries=0,
-            http_client=http_client,
-        )
+        try:
+            self._client = openai.OpenAI(
+                base_url=base_url,
+                api_key=api_key,
+                timeout=timeout,
+                max_retries=0,
+                http_client=http_client,
+            )
+        except (httpx2.InvalidURL, ValueError) as exc:
+            # A URL the SDK cannot even parse reaches no server: the same fault,
+            # for the user, as an endpoint that refuses connections.
+            http_client.close()
+            message = f"The model endpoint {base_url!r} is not a valid URL ({exc})."
+            raise ModelError(
+                _actionable(ErrorClass.CONNECTION, message, "", base_url),
+                kind=ErrorClass.CONNECTION,
+                attempts=[],
+            ) from exc
 
     def close(self) -> None:
         self._client.close()
@@ -184,7 +195,8 @@ class OpenAIModelClient:
             except openai.APIConnectionError as exc:
                 kind, message, retryable = (
                     ErrorClass.CONNECTION,
-                    f"Cannot reach the model server at {self.base_url} ({exc}).",
+                    f"Cannot reach the model server at {self.base_url}: the "
+                    f"endpoint is unreachable ({_root_cause(exc)}).",
                     True,
                 )
             except openai.RateLimitError as exc:
@@ -251,6 +263,46 @@ class OpenAIModelClient:
             latency_ms=(time.monotonic() - t_start) * 1000,
             attempts=attempts,
         )
+
+
+class UnavailableModel:
+    """:class:`ModelClient` for an endpoint that cannot be used at all (none is
+    configured, or its URL does not parse): every call fails with ``error``.
+
+    The run then ends as any run whose model is down does, with a failed
+    ``model_call`` step and ``model_error``, instead of failing before its loop.
+    """
+
+    def __init__(self, error: ModelError) -> None:
+        self.error = error
+
+    def complete(
+        self,
+        *,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]],
+        model: str,
+    ) -> ModelReply:
+        message, kind = str(self.error), self.error.kind
+        raise ModelError(
+            message,
+            kind=kind,
+            attempts=[Attempt(1, utcnow().isoformat(), 0.0, message, kind)],
+        )
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost reason of a connection failure ("[Errno 111] Connection
+    refused"), not the SDK's generic "Connection error." wrapped around it."""
+    seen: set[int] = set()
+    inner = exc
+    while id(inner) not in seen:
+        seen.add(id(inner))
+        nxt = inner.__cause__ or inner.__context__
+        if nxt is None:
+            break
+        inner = nxt
+    return _short(str(inner).rstrip(".") or inner.__class__.__name__, 200)
 
 
 def _retry_after(exc: Any) -> float | None:

@@ -26,6 +26,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from .canonical import call_signature, canonical_hash
+from .json_input import json_problem, loads_strict
 from .redaction import Redactor
 from .safe_eval import EvaluationError, evaluate_rule
 from .spec import (
@@ -112,11 +113,17 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
     """Parse the model's argument string; raise InvalidArguments with a hint."""
     text = (raw or "").strip() or "{}"
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
     except json.JSONDecodeError as exc:
         raise InvalidArguments(
             f"The arguments are not valid JSON ({exc.msg} at position {exc.pos}). "
             "Send the arguments as one JSON object.",
+            ErrorClass.INVALID_JSON,
+        ) from exc
+    except ValueError as exc:  # NaN, a number out of range, nested too deeply
+        raise InvalidArguments(
+            f"The arguments are not valid JSON ({exc}). Send the arguments as one "
+            "JSON object.",
             ErrorClass.INVALID_JSON,
         ) from exc
     if not isinstance(value, dict):
@@ -124,6 +131,10 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
             'The arguments must be a JSON object, e.g. {"name": value}.',
             ErrorClass.INVALID_JSON,
         )
+    # Text no database stores would fail the call's step, not just the call.
+    found = json_problem(value)
+    if found is not None:
+        raise InvalidArguments(f"{found[0]} Send plain text.")
     return value
 
 

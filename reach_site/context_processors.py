@@ -6,6 +6,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from approvals.services import can_decide
+from evals.services import can_run_evals
 from runs.permissions import can_audit
 
 
@@ -14,6 +15,9 @@ def reach(request: HttpRequest) -> dict[str, Any]:
     return {
         "reach_model": settings.OPENAI_MODEL,
         "reach_local_model": settings.LOCAL_MODEL,
+        # The composer's maxlength: the same limit task_start enforces.
+        "reach_max_message_chars": settings.REACH_MAX_MESSAGE_CHARS,
         "can_approve": can_decide(user),
         "can_audit": can_audit(user),
+        "can_run_evals": can_run_evals(user),
     }

@@ -145,7 +145,8 @@ def seed_demo() -> list[str]:
         )
     )
     auditors.permissions.add(
-        Permission.objects.get(codename="audit_task", content_type__app_label="runs")
+        Permission.objects.get(codename="audit_task", content_type__app_label="runs"),
+        Permission.objects.get(codename="run_eval", content_type__app_label="evals"),
     )
     users = get_user_model().objects
     password = demo_password()

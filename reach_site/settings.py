@@ -92,6 +92,7 @@ INSTALLED_APPS = [
     "effects",
     "approvals",
     "traces",
+    "evals",
 ]
 
 MIDDLEWARE = [
@@ -283,6 +284,9 @@ EMAIL_BACKEND = env_str(
 )
 EMAIL_FILE_PATH = str(VAR_DIR / "mail")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "agent-reach@example.com")
+# Seconds an SMTP connection may block (Django's default is none: a stalled mail
+# server would hold a dispatcher, or a worker sending a tool's mail, for ever).
+EMAIL_TIMEOUT = env_float("REACH_EMAIL_TIMEOUT", 10.0)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -291,9 +295,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["runs.api.renderers.UnicodeJSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    # Bounded JSON (size, depth, storable text): malformed bodies are a 4xx.
+    "DEFAULT_PARSER_CLASSES": ["runs.api.parsers.BoundedJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "runs.api.schema.ReachAutoSchema",
+    # In Redis, not Django's cache: one limit across every web process.
+    "DEFAULT_THROTTLE_CLASSES": ["runs.api.throttling.RedisUserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": env_str("REACH_API_RATE", "1200/min")},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "EXCEPTION_HANDLER": "runs.api.errors.exception_handler",
@@ -305,6 +311,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+# Per process: nothing that several processes must share may use it (the API
+# throttle and the tools' rate limits and result cache live in Redis).
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 LOGGING = {
@@ -326,6 +334,14 @@ LOGGING = {
         "openai": {"level": "WARNING"},
     },
 }
+
+# /metrics: with a token, only `Authorization: Bearer <token>`; without one, only
+# these peer addresses or networks (the socket's peer: behind a proxy that is the
+# proxy, so set the token there).
+REACH_METRICS_TOKEN = env_str("REACH_METRICS_TOKEN")
+REACH_METRICS_ALLOWED_ADDRESSES = env_list(
+    "REACH_METRICS_ALLOWED_ADDRESSES", "127.0.0.1,::1"
+)
 
 # Approvals: email approvers about new requests (off by default).
 REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)

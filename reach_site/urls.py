@@ -10,6 +10,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from approvals import api as approvals_api
 from approvals import views as approvals_views
 from effects import api as effects_api
+from evals import api as evals_api
+from evals import views as evals_views
 from reach_site.health import healthz
 from reach_site.metrics import metrics
 from runs import views as chat
@@ -37,6 +39,8 @@ api_patterns = [
     path("tasks/<uuid:task_id>/fork/", traces_api.TaskFork.as_view()),
     path("traces/import/", traces_api.TraceImport.as_view()),
     path("audit/", traces_api.AuditLog.as_view()),
+    path("evals/", evals_api.EvalList.as_view()),
+    path("evals/<uuid:report_id>/", evals_api.EvalDetail.as_view()),
     path("approvals/", approvals_api.ApprovalList.as_view()),
     path(
         "approvals/<uuid:approval_id>/decision/",
@@ -58,6 +62,8 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
+    path("evals/", evals_views.eval_list, name="evals"),
+    path("evals/<uuid:report_id>/", evals_views.eval_detail, name="eval"),
     path("traces/", traces_views.trace_list, name="traces"),
     path("traces/stats/", traces_views.trace_stats, name="trace-stats"),
     path("traces/<uuid:task_id>/", traces_views.trace_detail, name="trace"),
@@ -70,3 +76,6 @@ urlpatterns = [
     ),
     path("metrics", metrics),
 ]
+
+# A path under /api/ that matches no route answers JSON, like every other refusal.
+handler404 = "runs.api.errors.not_found"

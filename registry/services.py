@@ -7,11 +7,13 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.utils import timezone
 
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_json
+from engine.json_input import json_problem
 from engine.planning import check_definition, check_parameters_schema, check_tool_name
 from engine.safe_eval import EvaluationError, validate_rule
 from engine.spec import AgentSnapshot, Handler, Toolbox, ToolSpec
@@ -80,6 +82,10 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
             max_retries=int(tool.max_retries or 0),
         ):
             add("http", message)
+    for field_name, (low, high) in _INTEGER_RANGES.items():
+        value = getattr(tool, field_name)
+        if isinstance(value, int) and not low <= value <= high:
+            add(field_name, f"{field_name} is an integer from {low} to {high}.")
     if tool.timeout_s <= 0 or tool.timeout_s > 600:
         add("timeout_s", "Timeout must be between 0 and 600 seconds.")
     for pointer in tool.result_fields or []:
@@ -101,6 +107,17 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
             "enabling it.",
         )
     return errors
+
+
+#: The integer fields of a definition and the values every supported database
+#: stores in their columns (PostgreSQL's ranges; SQLite would take more, and
+#: fail only past 64 bits).
+_INTEGER_RANGES: dict[str, tuple[int, int]] = {
+    field.name: BaseDatabaseOperations.integer_field_ranges[field.get_internal_type()]
+    for field in Tool._meta.concrete_fields
+    if field.name in TOOL_FIELDS
+    and field.get_internal_type() in BaseDatabaseOperations.integer_field_ranges
+}
 
 
 def _versioned_state(tool: Tool) -> str:
@@ -287,6 +304,11 @@ def tool_from_definition(data: Mapping[str, Any]) -> Tool:
         if name not in data:
             errors.setdefault(name, []).append("This field is required.")
     for name, value in data.items():
+        # What the API's parser refuses, refused here for every other caller.
+        found = json_problem({name: value})
+        if found is not None:
+            errors.setdefault(str(name), []).append(found[0])
+            continue
         types = _DEFINITION_TYPES.get(name)
         if types is None:
             continue

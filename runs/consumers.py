@@ -15,6 +15,10 @@ from infra.push import task_group, user_group
 from runs.events import changes_since
 from runs.selectors import visible_tasks
 
+#: The close code of every refused socket: anonymous, foreign Origin, no
+#: permission, or nothing (any longer) to watch.
+REFUSED = 4403
+
 
 def origin_allowed(scope: dict[str, Any]) -> bool:
     """The Origin header must name one of our hosts (the browser's own page)."""
@@ -42,10 +46,10 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = []
         user = self.scope.get("user")
         if user is None or not user.is_authenticated or not origin_allowed(self.scope):
-            await self.close(code=4403)
+            await self.close(code=REFUSED)
             return
         if not await self.authorize(user):
-            await self.close(code=4403)
+            await self.close(code=REFUSED)
             return
         # Join before accepting, so nothing sent in between is missed.
         for group in [*self.groups_for(user), user_group(user.pk)]:
@@ -78,6 +82,8 @@ class TaskConsumer(ReachConsumer):
     cursor: int = 0
     status_sent: str = ""
     _dirty: bool = False
+    #: Set once the socket is refused after connect; nothing is sent after it.
+    _refused: bool = False
     _flusher: asyncio.Future[None] | None = None
 
     async def authorize(self, user: Any) -> bool:
@@ -107,7 +113,19 @@ class TaskConsumer(ReachConsumer):
         except (TypeError, ValueError):
             await self.send_json({"type": "error", "error": "after must be a number."})
             return
+        # Check again: the task may have been purged (or the user lost the right
+        # to watch it) since connect; refuse it as connect would have.
+        user = self.scope["user"]
+        if await database_sync_to_async(_watchable_head)(user, self.task_id) is None:
+            await self.refuse()
+            return
         await self.send_changes(after=after, with_task=True)
+
+    async def refuse(self) -> None:
+        """Close as a refused connect does (once), and send nothing after."""
+        if not self._refused:
+            self._refused = True
+            await self.close(code=REFUSED)
 
     async def reach_changed(self, message: dict[str, Any]) -> None:
         """A change committed: send it, coalescing a burst of pokes into one read.
@@ -136,6 +154,8 @@ class TaskConsumer(ReachConsumer):
         when the client needs it (or always, ``with_task``); one at a time, so
         frames leave in ``rev`` order."""
         async with self._sending:
+            if self._refused:
+                return
             since = self.cursor if after is None else after
             changes = await database_sync_to_async(changes_since)(
                 self.task_id,
@@ -143,6 +163,10 @@ class TaskConsumer(ReachConsumer):
                 status_sent=self.status_sent,
                 with_task=with_task,
             )
+            if not changes.status:
+                # The task is gone (purged or deleted): nothing is left to watch.
+                await self.refuse()
+                return
             for event in changes.steps:
                 await self.send_json(event)
             if changes.task is not None:

@@ -25,6 +25,8 @@ class Conversation(models.Model):
     )
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT)
     title = models.CharField(max_length=200, blank=True)
+    # An evaluation's conversation: kept out of the chat lists.
+    is_eval = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -108,6 +110,9 @@ class Task(models.Model):
     )
     parent_seq = models.PositiveIntegerField(null=True, blank=True)
     origin = models.JSONField(null=True, blank=True)
+    # An evaluation run: its report, case and run number, and what its tools
+    # answer (engine.evaluation.EvalCase). Null for every other task.
+    eval_case = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     updated_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -132,6 +137,10 @@ class Task(models.Model):
     @property
     def is_imported(self) -> bool:
         return self.origin is not None
+
+    @property
+    def is_eval(self) -> bool:
+        return self.eval_case is not None
 
     @property
     def usage(self) -> dict[str, int]:

@@ -5,6 +5,9 @@ A run parks a call by opening an approval request, and a cancelled run withdraws
 its pending requests; both belong to ``approvals``, which sits above ``runs``. The
 approvals app plugs its services in here from ``AppConfig.ready``; this is the only
 place ``runs`` reaches up, and it does so through these typed slots.
+
+Approvals mails approvers through the effects outbox; the two apps are siblings
+that may not import each other, so ``effects`` plugs its mail queue in here too.
 """
 
 from __future__ import annotations
@@ -47,3 +50,30 @@ def approvals() -> ApprovalPort:
             "No approval service is plugged in: add 'approvals' to INSTALLED_APPS."
         )
     return _approvals
+
+
+class QueueMail(Protocol):
+    def __call__(self, *, key: str, to: str, subject: str, body: str) -> object:
+        """Queue one mail inside the caller's transaction; the dispatcher sends it
+        after commit (once per ``key``)."""
+
+
+@dataclass
+class MailPort:
+    queue: QueueMail
+
+
+_mail: MailPort | None = None
+
+
+def plug_mail(port: MailPort) -> None:
+    global _mail
+    _mail = port
+
+
+def mail() -> MailPort:
+    if _mail is None:
+        raise ImproperlyConfigured(
+            "No mail outbox is plugged in: add 'effects' to INSTALLED_APPS."
+        )
+    return _mail

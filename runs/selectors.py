@@ -17,8 +17,11 @@ from runs.permissions import can_audit
 
 
 def own_conversations(user: Any) -> QuerySet[Conversation]:
-    """The user's own conversations, with their agent."""
-    return Conversation.objects.filter(owner=user).select_related("agent")
+    """The user's own conversations, with their agent (evaluations' aside: their
+    runs are read on the eval and trace pages)."""
+    return Conversation.objects.filter(owner=user, is_eval=False).select_related(
+        "agent"
+    )
 
 
 def own_conversation(user: Any, conversation_id: Any) -> Conversation | None:

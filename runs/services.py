@@ -32,7 +32,9 @@ from django.utils import timezone
 from audit.models import AuditKind
 from audit.services import audit_task
 from engine.canonical import dumps
+from engine.evaluation import EvalCase, eval_toolbox
 from engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
+from engine.model_client import ModelClient, ModelError, UnavailableModel
 from engine.spec import (
     FINAL_TASK_STATUSES,
     AgentSnapshot,
@@ -50,8 +52,8 @@ from engine.spec import (
 from infra import runtime
 from infra.logging import current_task_id
 from registry.services import agent_snapshot_of, toolbox_for_snapshot
+from runs import counters, ports
 from runs import events as notify
-from runs import ports
 
 # The module, not its names: runs.tasks imports this module too.
 from runs import tasks as celery_tasks
@@ -68,6 +70,15 @@ class ConversationBusy(Exception):
     def __init__(self, task: Task) -> None:
         super().__init__(str(task.pk))
         self.task = task
+
+
+class ConversationReadOnly(ValueError):
+    """The conversation holds an imported trace: a record, not a chat to go on.
+
+    A ``ValueError`` still, for callers that treat every refusal of a message
+    alike; the API tells it apart (409: the conversation's state, not the
+    message, is what refuses it).
+    """
 
 
 class TaskFinal(Exception):
@@ -103,8 +114,12 @@ def task_start(
     parent: Task | None = None,
     parent_seq: int | None = None,
     model: str | None = None,
+    eval_case: dict[str, Any] | None = None,
 ) -> Task:
-    """Record the user's message and a new task for it; enqueue it after commit."""
+    """Record the user's message and a new task for it; enqueue it after commit.
+
+    ``eval_case`` marks an evaluation run (see :mod:`engine.evaluation`).
+    """
     # What the user typed is recorded and sent to the model: secrets are not.
     content = runtime.redactor().text(content.strip())
     if not content:
@@ -121,7 +136,7 @@ def task_start(
             raise ConversationBusy(active)
         if conversation.tasks.filter(origin__isnull=False).exists():
             # An imported trace is a read-only record: nothing runs beside it.
-            raise ValueError(
+            raise ConversationReadOnly(
                 "This conversation holds an imported trace; it is read-only."
             )
         now = timezone.now()
@@ -143,6 +158,7 @@ def task_start(
             tainted_by=taint,
             parent=parent,
             parent_seq=parent_seq,
+            eval_case=eval_case,
             created_at=now,
             updated_at=now,
         )
@@ -249,6 +265,7 @@ def _finish_task(
         actor="system",
         data={"status": task.status, "stop_reason": task.stop_reason},
     )
+    counters.count_task_finished_on_commit(task)
 
 
 def _reason_text(reason: StopReason) -> str:
@@ -421,6 +438,7 @@ def steps_insert(
         if row.status == StepStatus.WAITING_APPROVAL:
             ports.approvals().open(task=task, step=row)
     notify.task_changed_on_commit(task.pk)
+    counters.count_steps_on_commit(task, rows)
     return rows
 
 
@@ -452,6 +470,7 @@ def step_transition(
         sql, params = _step_update_sql(step)
         cursor.execute(sql, params)
     notify.task_changed_on_commit(task.pk)
+    counters.count_steps_on_commit(task, [step])
     return step
 
 
@@ -887,9 +906,21 @@ def task_advance(*, task_id: Any) -> str:
 
 def build_engine(task: Task) -> Engine:
     snapshot = AgentSnapshot.from_json(task.agent_snapshot)
+    toolbox = toolbox_for_snapshot(snapshot)
+    if (case := EvalCase.from_json(task.eval_case)) is not None:
+        # An evaluation changes nothing: writes answer with the case's stand-ins.
+        toolbox = eval_toolbox(toolbox, case)
+    client: ModelClient
+    try:
+        client = runtime.model_client()
+    except ModelError as exc:
+        # No endpoint configured (or none that parses): the run still goes
+        # through its loop and ends as a model_error with the reason, like a run
+        # whose endpoint is down, not as an internal error before its first step.
+        client = UnavailableModel(exc)
     return Engine(
-        model_client=runtime.model_client(),
-        toolbox=toolbox_for_snapshot(snapshot),
+        model_client=client,
+        toolbox=toolbox,
         executor=runtime.executor(),
         limits=run_limits(task, snapshot=snapshot),
         redactor=runtime.redactor(),
@@ -945,6 +976,7 @@ def outcome_is_final(task: Task) -> bool:
 
 __all__ = [
     "ConversationBusy",
+    "ConversationReadOnly",
     "DjangoJournal",
     "Lease",
     "Outcome",

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.exceptions import APIException, ParseError, PermissionDenied
-from rest_framework.parsers import BaseParser
+from rest_framework.exceptions import ParseError, PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,6 +16,7 @@ from rest_framework.views import APIView
 from audit.models import AuditKind
 from audit.services import audit_json_lines, audit_task
 from runs.api.common import error_response, visible_task_or_404
+from runs.api.parsers import BoundedJSONParser
 from runs.permissions import can_audit
 from traces.export import trace_document
 from traces.fork import ForkError, task_fork
@@ -91,38 +89,11 @@ class TaskFork(APIView):
         return Response({"task": str(fork.pk)}, status=status.HTTP_202_ACCEPTED)
 
 
-class DocumentTooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "The trace document is larger than REACH_MAX_IMPORT_BYTES."
-    default_code = "too_large"
-
-
-class TraceDocumentParser(BaseParser):
+class TraceDocumentParser(BoundedJSONParser):
     """JSON, read up to ``REACH_MAX_IMPORT_BYTES`` and refused beyond."""
 
-    media_type = "application/json"
-
-    def parse(
-        self,
-        stream: Any,
-        media_type: str | None = None,
-        parser_context: dict[str, Any] | None = None,
-    ) -> Any:
-        limit = settings.REACH_MAX_IMPORT_BYTES
-        request = (parser_context or {}).get("request")
-        declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-        try:
-            if declared and int(declared) > limit:
-                raise DocumentTooLarge()
-        except ValueError:
-            pass
-        raw = stream.read(limit + 1) if stream is not None else b""
-        if len(raw) > limit:
-            raise DocumentTooLarge()
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ParseError(f"The document is not valid JSON: {exc}") from exc
+    limit_setting = "REACH_MAX_IMPORT_BYTES"
+    what = "The trace document"
 
 
 class TraceImport(APIView):

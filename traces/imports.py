@@ -13,12 +13,15 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import transaction
+from django.db import DataError, transaction
+from django.db.backends.base.operations import BaseDatabaseOperations
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditKind
 from audit.services import audit_task
+from engine.json_input import json_problem
+from engine.planning import check_parameters_schema
 from engine.spec import (
     FINAL_TASK_STATUSES,
     AgentSnapshot,
@@ -26,6 +29,7 @@ from engine.spec import (
     StepStatus,
     StopReason,
     TaskStatus,
+    ToolSpec,
 )
 from infra.runtime import redactor
 from registry.models import Agent
@@ -57,12 +61,29 @@ _STEP_INTS = ("rev", "parent_seq", "call_index", "tool_version")
 _STEP_OBJECTS = ("response", "usage", "detail")
 
 
+def _column_max(model: type[Any], name: str) -> int:
+    """The largest value ``model.name`` holds on every supported database."""
+    internal = model._meta.get_field(name).get_internal_type()
+    return BaseDatabaseOperations.integer_field_ranges[internal][1]
+
+
+#: The largest seq, parent_seq, call_index and tool_version a step row holds.
+_MAX_STEP_INT = _column_max(Step, "seq")
+#: The largest token count a task row holds.
+_MAX_TOKENS = _column_max(Task, "total_tokens")
+
+
 class TraceInvalid(ValueError):
     """The document is not an importable ``reach.trace/v1`` trace."""
 
     def __init__(self, errors: list[str]) -> None:
         super().__init__("; ".join(errors))
         self.errors = errors
+
+
+def _one_of(value: Any, choices: set[str]) -> bool:
+    # Text only: a list or an object is never a member (nor hashable).
+    return isinstance(value, str) and value in choices
 
 
 def _is_int(value: Any) -> bool:
@@ -76,7 +97,8 @@ def _time_ok(value: Any) -> bool:
 
 
 def _parse_time(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str):
+    # fromisoformat takes any run of digits as a fraction: bound the length.
+    if not isinstance(value, str) or len(value) > 64:
         return None
     try:
         parsed = parse_datetime(value)
@@ -84,15 +106,23 @@ def _parse_time(value: Any) -> dt.datetime | None:
         return None
     if parsed is None:
         return None
-    if timezone.is_naive(parsed):
-        parsed = timezone.make_aware(parsed, dt.UTC)
-    return parsed
+    try:
+        if timezone.is_naive(parsed):
+            parsed = timezone.make_aware(parsed, dt.UTC)
+        # Stored in UTC: a time at the edge of the calendar may not convert.
+        return parsed.astimezone(dt.UTC)
+    except (OverflowError, ValueError):
+        return None
 
 
 def trace_validate(document: Any) -> list[str]:
     """Every way ``document`` fails the ``reach.trace/v1`` shape (empty if none)."""
     if not isinstance(document, Mapping):
         return ["The document must be a JSON object."]
+    # What the API's parser refuses, refused here too for every other caller.
+    found = json_problem(document)
+    if found is not None:
+        return [found[0]]
     errors: list[str] = []
     if document.get("format") != FORMAT:
         errors.append(f'"format" must be "{FORMAT}".')
@@ -101,18 +131,18 @@ def trace_validate(document: Any) -> list[str]:
         errors.append('"task" must be an object.')
         task = {}
     status = task.get("status")
-    if status not in _TASK_STATUSES:
+    if not _one_of(status, _TASK_STATUSES):
         errors.append('"task.status" must be a task status.')
     elif status not in _FINAL:
         errors.append(
             "Only finished runs can be imported (task.status succeeded, stopped, "
             "failed or cancelled)."
         )
-    if task.get("stop_reason") is not None and task.get("stop_reason") not in (
-        _STOP_REASONS
+    if task.get("stop_reason") is not None and not _one_of(
+        task.get("stop_reason"), _STOP_REASONS
     ):
         errors.append('"task.stop_reason" is not a stop reason.')
-    for key in ("id", "goal", "model", "final_answer"):
+    for key in ("id", "goal", "model", "final_answer", "error"):
         if task.get(key) is not None and not isinstance(task.get(key), str):
             errors.append(f'"task.{key}" must be a string.')
     for key in ("created_at", "started_at", "finished_at"):
@@ -121,21 +151,40 @@ def trace_validate(document: Any) -> list[str]:
     usage = task.get("usage")
     if usage is not None and (
         not isinstance(usage, Mapping)
-        or not all(_is_int(v) and v >= 0 for v in usage.values())
+        or not all(_is_int(v) and 0 <= v <= _MAX_TOKENS for v in usage.values())
     ):
-        errors.append('"task.usage" must map token counts to integers.')
+        errors.append(
+            f'"task.usage" must map token counts to integers (0 to {_MAX_TOKENS}).'
+        )
     if task.get("tainted_by") is not None and not _strings(task.get("tainted_by")):
         errors.append('"task.tainted_by" must be a list of strings.')
     for key in ("agent", "conversation"):
         if document.get(key) is not None and not isinstance(document.get(key), Mapping):
             errors.append(f'"{key}" must be an object.')
+    conversation = document.get("conversation") or {}
+    if isinstance(conversation, Mapping) and conversation.get("messages") is not None:
+        messages = conversation.get("messages")
+        if not isinstance(messages, list) or not all(
+            isinstance(m, Mapping) for m in messages
+        ):
+            errors.append('"conversation.messages" must be a list of objects.')
     agent = document.get("agent") or {}
+    if isinstance(agent, Mapping):
+        for key in ("name", "model", "instructions"):
+            if agent.get(key) is not None and not isinstance(agent.get(key), str):
+                errors.append(f'"agent.{key}" must be a string.')
+        if agent.get("limits") is not None and not isinstance(
+            agent.get("limits"), Mapping
+        ):
+            errors.append('"agent.limits" must be an object.')
     if isinstance(agent, Mapping) and agent.get("tools") is not None:
         tools = agent.get("tools")
         if not isinstance(tools, list) or not all(
             isinstance(t, Mapping) and isinstance(t.get("name"), str) for t in tools
         ):
             errors.append('"agent.tools" must be a list of tool definitions.')
+        else:
+            errors += _tool_errors(tools)
     for key, limit in (("approvals", MAX_APPROVALS), ("audit", MAX_AUDIT)):
         value = document.get(key)
         if value is not None and (
@@ -146,6 +195,46 @@ def trace_validate(document: Any) -> list[str]:
         elif isinstance(value, list) and len(value) > limit:
             errors.append(f'"{key}" has more than {limit} entries.')
     errors += _step_errors(document.get("steps"))
+    return errors
+
+
+def _response_errors(where: str, response: Mapping[str, Any]) -> list[str]:
+    """Why a recorded assistant message could not be read back as one (a
+    re-run replays it); empty when it can."""
+    errors: list[str] = []
+    content = response.get("content")
+    if content is not None and not isinstance(content, str):
+        errors.append(f"{where}.content must be text or null.")
+    calls = response.get("tool_calls")
+    if calls is None:
+        return errors
+    if not isinstance(calls, list):
+        return [*errors, f"{where}.tool_calls must be a list."]
+    for index, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(call, Mapping) or not isinstance(
+            function or {}, Mapping
+        ):
+            errors.append(
+                f"{where}.tool_calls[{index}] must be an object with a "
+                '"function" object.'
+            )
+    return errors
+
+
+def _tool_errors(tools: list[Mapping[str, Any]]) -> list[str]:
+    """Why recorded tool definitions could not be read back (a re-run reads
+    them as specs); empty when every one can."""
+    errors: list[str] = []
+    for index, definition in enumerate(tools[:200]):
+        where = f"agent.tools[{index}]"
+        try:
+            ToolSpec.from_definition(definition)
+            check_parameters_schema(definition.get("parameters") or {"type": "object"})
+        except (ValueError, TypeError, OverflowError) as exc:
+            errors.append(f"{where} is not a tool definition: {exc}")
+    if len(tools) > 200:
+        errors.append('"agent.tools" has more than 200 definitions.')
     return errors
 
 
@@ -166,15 +255,15 @@ def _step_errors(steps: Any) -> list[str]:
             errors.append(f"{where} must be an object.")
             continue
         seq = step.get("seq")
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-            errors.append(f"{where}.seq must be a positive integer.")
+        if not _is_int(seq) or not 1 <= seq <= _MAX_STEP_INT:
+            errors.append(f"{where}.seq must be an integer from 1 to {_MAX_STEP_INT}.")
         elif seq in seen:
             errors.append(f"{where}.seq {seq} appears twice.")
         else:
             seen.add(seq)
-        if step.get("kind") not in _KINDS:
+        if not _one_of(step.get("kind"), _KINDS):
             errors.append(f"{where}.kind must be one of {sorted(_KINDS)}.")
-        if step.get("status") not in _STEP_STATUSES:
+        if not _one_of(step.get("status"), _STEP_STATUSES):
             errors.append(f"{where}.status is not a step status.")
         for key, limit in _STEP_STRINGS.items():
             value = step.get(key)
@@ -186,12 +275,21 @@ def _step_errors(steps: Any) -> list[str]:
                 errors.append(f"{where}.{key} is longer than {limit} characters.")
         for key in _STEP_INTS:
             value = step.get(key)
-            if value is not None and (not _is_int(value) or value < 0):
-                errors.append(f"{where}.{key} must be a non-negative integer.")
+            # rev only orders the steps (revs are renumbered): any size will do.
+            top = None if key == "rev" else _MAX_STEP_INT
+            if value is not None and (
+                not _is_int(value) or value < 0 or (top is not None and value > top)
+            ):
+                errors.append(
+                    f"{where}.{key} must be a non-negative integer"
+                    + (f" (at most {top})." if top is not None else ".")
+                )
         for key in _STEP_OBJECTS:
             value = step.get(key)
             if value is not None and not isinstance(value, Mapping):
                 errors.append(f"{where}.{key} must be an object.")
+        if isinstance(step.get("response"), Mapping):
+            errors += _response_errors(f"{where}.response", step["response"])
         if step.get("attempts") is not None and not isinstance(step["attempts"], list):
             errors.append(f"{where}.attempts must be a list.")
         if step.get("tainted_by") is not None and not _strings(step["tainted_by"]):
@@ -297,71 +395,76 @@ def trace_import(*, document: Any, user: Any) -> Task:
     }
     if origin["inherited_taint"] is None:
         del origin["inherited_taint"]
-    with transaction.atomic():
-        conversation = Conversation.objects.create(
-            owner=user,
-            agent=agent,
-            title=f"Imported: {goal}"[:200],
-            created_at=now,
-            updated_at=now,
-        )
-        task = Task.objects.create(
-            conversation=conversation,
-            agent=agent,
-            owner=user,
-            model=str(source.get("model") or agent_doc.get("model") or "")[:200],
-            goal=goal,
-            status=source["status"],
-            stop_reason=source.get("stop_reason"),
-            final_answer=source.get("final_answer"),
-            error_message=str(source.get("error") or ""),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            total_tokens=total,
-            step_count=len(steps_doc),
-            rev=len(steps_doc),
-            tainted_by=list(source.get("tainted_by") or []),
-            # Read as any snapshot is: unknown limits dropped, missing ones defaulted.
-            agent_snapshot=AgentSnapshot.from_json(
-                {
-                    "name": agent_doc.get("name") or agent.name,
-                    "model": agent_doc.get("model") or source.get("model"),
-                    "instructions": agent_doc.get("instructions") or "",
-                    "limits": agent_doc.get("limits") or {},
-                    "tools": list(agent_doc.get("tools") or []),
-                    "history": _history(source, conversation_doc, created),
-                }
-            ).to_json(),
-            origin=origin,
-            created_at=created,
-            started_at=_parse_time(source.get("started_at")),
-            finished_at=finished,
-            # Retention counts an import from when it arrived.
-            updated_at=now,
-        )
-        Step.objects.bulk_create(_steps(task, steps_doc, old_id))
-        Message.objects.create(
-            conversation=conversation,
-            role=Message.Role.USER,
-            content=goal,
-            task=task,
-            created_at=created,
-        )
-        Message.objects.create(
-            conversation=conversation,
-            role=Message.Role.ASSISTANT,
-            content=source.get("final_answer")
-            or source.get("error")
-            or f"Stopped ({source.get('stop_reason')}).",
-            task=task,
-            created_at=finished,
-        )
-        audit_task(
-            AuditKind.TRACE_IMPORTED,
-            task_id=task.pk,
-            actor=user,
-            data={"source_task": old_id or None},
-        )
+    try:
+        with transaction.atomic():
+            conversation = Conversation.objects.create(
+                owner=user,
+                agent=agent,
+                title=f"Imported: {goal}"[:200],
+                created_at=now,
+                updated_at=now,
+            )
+            task = Task.objects.create(
+                conversation=conversation,
+                agent=agent,
+                owner=user,
+                model=str(source.get("model") or agent_doc.get("model") or "")[:200],
+                goal=goal,
+                status=source["status"],
+                stop_reason=source.get("stop_reason"),
+                final_answer=source.get("final_answer"),
+                error_message=str(source.get("error") or ""),
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                total_tokens=total,
+                step_count=len(steps_doc),
+                rev=len(steps_doc),
+                tainted_by=list(source.get("tainted_by") or []),
+                # Read as any snapshot is: unknown limits dropped, missing ones defaulted.
+                agent_snapshot=AgentSnapshot.from_json(
+                    {
+                        "name": agent_doc.get("name") or agent.name,
+                        "model": agent_doc.get("model") or source.get("model"),
+                        "instructions": agent_doc.get("instructions") or "",
+                        "limits": agent_doc.get("limits") or {},
+                        "tools": list(agent_doc.get("tools") or []),
+                        "history": _history(source, conversation_doc, created),
+                    }
+                ).to_json(),
+                origin=origin,
+                created_at=created,
+                started_at=_parse_time(source.get("started_at")),
+                finished_at=finished,
+                # Retention counts an import from when it arrived.
+                updated_at=now,
+            )
+            Step.objects.bulk_create(_steps(task, steps_doc, old_id))
+            Message.objects.create(
+                conversation=conversation,
+                role=Message.Role.USER,
+                content=goal,
+                task=task,
+                created_at=created,
+            )
+            Message.objects.create(
+                conversation=conversation,
+                role=Message.Role.ASSISTANT,
+                content=source.get("final_answer")
+                or source.get("error")
+                or f"Stopped ({source.get('stop_reason')}).",
+                task=task,
+                created_at=finished,
+            )
+            audit_task(
+                AuditKind.TRACE_IMPORTED,
+                task_id=task.pk,
+                actor=user,
+                data={"source_task": old_id or None},
+            )
+    except (DataError, OverflowError) as exc:
+        # Validation bounds every value; this is the net under it, and the
+        # transaction has left nothing behind.
+        raise TraceInvalid([f"The database refused a value: {exc}"]) from exc
     return task
 
 

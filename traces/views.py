@@ -88,7 +88,9 @@ def filter_tasks(tasks: QuerySet[Task], params: Any) -> QuerySet[Task]:
     elif origin == "fork":
         tasks = tasks.filter(parent_seq__isnull=False, origin__isnull=True)
     elif origin == "local":
-        tasks = tasks.filter(origin__isnull=True)
+        tasks = tasks.filter(origin__isnull=True, eval_case__isnull=True)
+    elif origin == "eval":
+        tasks = tasks.filter(eval_case__isnull=False)
     if params.get("conversation"):
         try:
             tasks = tasks.filter(conversation_id=params["conversation"])

@@ -40,3 +40,13 @@ def decided_as(decision: str) -> str:
     if decision in ApprovalDecision.values:
         return str(ApprovalDecision(decision).label)
     return str(ApprovalDecision.MARK_DONE.label)
+
+
+@register.filter
+def outcome(approval: ApprovalRequest) -> str:
+    """What became of a request as the queue and the history show it: the
+    decision taken (``marked done`` and ``retried`` are both ``approved``), or the
+    status when nobody decided (``pending``, ``expired``, ``cancelled``)."""
+    if approval.decision in ApprovalDecision.values:
+        return str(ApprovalDecision(approval.decision).label)
+    return str(approval.status)

@@ -20,6 +20,7 @@ from runs import selectors
 from runs import services as runs
 from runs.api import schema
 from runs.api.common import (
+    error_response,
     own_conversation_or_404,
     paginate,
     redacted,
@@ -110,7 +111,11 @@ class ConversationList(APIView):
         responses={201: schema.ConversationSchema},
     )
     def post(self, request: Request) -> Response:
-        name = request.data.get("agent") if isinstance(request.data, dict) else None
+        if not isinstance(request.data, dict):
+            raise ApiValidationError({"detail": ['Send {"agent": name} or {}.']})
+        name = request.data.get("agent")
+        if name is not None and not isinstance(name, str):
+            raise ApiValidationError({"agent": ["agent is an agent's name."]})
         if name:
             agent = Agent.objects.filter(name=name).first()
             if agent is None:
@@ -135,7 +140,7 @@ class ConversationDetail(APIView):
 class ConversationMessages(APIView):
     @extend_schema(
         request=schema.MessageCreateSchema,
-        responses={202: schema.TaskRefSchema, 409: schema.TaskRefSchema},
+        responses={202: schema.TaskRefSchema, 409: schema.MessageConflictSchema},
     )
     def post(self, request: Request, conversation_id: str) -> Response:
         conversation = own_conversation_or_404(request, conversation_id)
@@ -154,6 +159,8 @@ class ConversationMessages(APIView):
                 },
                 status=status.HTTP_409_CONFLICT,
             )
+        except runs.ConversationReadOnly as exc:
+            return error_response(str(exc), status.HTTP_409_CONFLICT)
         except ValueError as exc:
             raise ApiValidationError({"content": [str(exc)]}) from exc
         return Response({"task": str(task.pk)}, status=status.HTTP_202_ACCEPTED)

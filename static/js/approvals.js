@@ -234,17 +234,23 @@ function cardFrom(html) {
   return card;
 }
 
+// How a decision reads (the labels of ApprovalDecision, approvals/models.py): mark
+// done and retry are both "approved", so the row shows what was decided.
+const OUTCOMES = { approve: "approved", reject: "rejected", mark_done: "marked done", retry: "retried" };
+
 function addRecent(approval) {
   if (!recent || recent.querySelector(`tr[data-approval="${approval.id}"]`)) return;
   const none = recent.querySelector("tr.none");
   if (none) none.remove();
   const row = document.createElement("tr");
   row.dataset.approval = approval.id;
+  row.dataset.decision = approval.decision || "";
   const by = approval.status === "approved" && approval.approved_by.length
     ? approval.approved_by.join(", ") : approval.decided_by || "—";
   const badge = document.createElement("span");
   badge.className = `badge status-${approval.status}`;
-  badge.textContent = approval.status;
+  badge.title = `status: ${approval.status}`;
+  badge.textContent = OUTCOMES[approval.decision] || approval.status;
   for (const content of [approval.preview, badge, by, "just now", approval.reason || ""]) {
     const cell = document.createElement("td");
     if (typeof content === "string") cell.textContent = content;

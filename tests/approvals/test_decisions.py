@@ -131,6 +131,51 @@ def test_the_run_refuses_arguments_other_than_the_approved_ones(
     assert Outbox.objects.count() == 0 and len(mail.outbox) == 0
 
 
+def test_an_unknown_decision_answers_400_naming_every_accepted_value(
+    alice, operator, demo, email_waiting, api_client_for
+):
+    task, [approval], _ = email_waiting(alice, demo.agent)
+
+    response = post_decision(api_client_for(operator), approval, decision="maybe")
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    for value in ("approve", "reject", "mark_done", "retry"):
+        assert f"'{value}'" in error
+    approval.refresh_from_db()
+    assert approval.status == "pending"
+
+
+def test_approve_and_reject_are_recorded_as_decided(
+    alice, bob, operator, demo, email_waiting, api_client_for
+):
+    _, [approved], _ = email_waiting(alice, demo.agent)
+    _, [rejected], _ = email_waiting(bob, demo.agent)
+    client = api_client_for(operator)
+
+    assert post_decision(client, approved, decision="approve").json()["decision"] == (
+        "approve"
+    )
+    body = post_decision(client, rejected, decision="reject", reason="no").json()
+    assert (body["status"], body["decision"]) == ("rejected", "reject")
+    listed = {a["id"]: a for a in client.get("/api/approvals/").json()}
+    assert listed[str(approved.pk)]["decision"] == "approve"
+    assert listed[str(rejected.pk)]["decision"] == "reject"
+
+
+def test_retry_applies_only_to_recovery_requests(
+    alice, operator, demo, email_waiting, api_client_for
+):
+    _, [approval], _ = email_waiting(alice, demo.agent)
+
+    response = post_decision(api_client_for(operator), approval, decision="retry")
+
+    assert response.status_code == 400
+    assert "recovery" in response.json()["error"]
+    approval.refresh_from_db()
+    assert (approval.status, approval.decision) == ("pending", "")
+
+
 def test_a_reject_without_a_reason_answers_400_and_stays_pending(
     alice, operator, demo, email_waiting, api_client_for
 ):

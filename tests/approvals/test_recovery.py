@@ -150,6 +150,7 @@ def test_mark_done_records_success_without_running_it_again(
 
     body = decide(api_client_for(operator), recovery, decision="mark_done")
     assert body["status"] == "approved"
+    assert body["decision"] == "mark_done"
     task = advance(task)
 
     assert task.status == "succeeded"
@@ -201,3 +202,59 @@ def test_mark_done_applies_only_to_recovery_requests(
     _, [approval], _ = email_waiting(alice, demo.agent, "ok")
     response = post_decision(api_client_for(operator), approval, decision="mark_done")
     assert response.status_code == 400
+
+
+def recent_row(page: str, approval: ApprovalRequest) -> str:
+    row = page[page.index(f'<tr data-approval="{approval.pk}"') :]
+    return row[: row.index("</tr>")]
+
+
+def test_mark_done_and_retry_are_told_apart_in_the_api_the_history_and_the_queue(
+    crashed, operator, api_client_for
+):
+    _, done, _ = crashed(effect_happened=True)
+    _, retried, _ = crashed(effect_happened=False)
+    client = api_client_for(operator)
+
+    assert decide(client, done, decision="mark_done")["decision"] == "mark_done"
+    body = decide(client, retried, decision="retry")
+    assert (body["status"], body["decision"]) == ("approved", "retry")
+
+    listed = {a["id"]: a for a in client.get("/api/approvals/").json()}
+    assert listed[str(done.pk)]["decision"] == "mark_done"
+    assert listed[str(retried.pk)]["decision"] == "retry"
+    # The requests approved before the crash were approvals of the action.
+    actions = [a for a in listed.values() if a["kind"] == "action"]
+    assert [a["decision"] for a in actions] == ["approve", "approve"]
+
+    for url in ("/approvals/history/", "/approvals/"):
+        page = logged_in(operator).get(url).content.decode()
+        row = recent_row(page, done)
+        assert 'data-decision="mark_done"' in row and "marked done" in row
+        assert "retried" not in row
+        row = recent_row(page, retried)
+        assert 'data-decision="retry"' in row and "retried" in row
+        assert "marked done" not in row
+
+
+def test_approve_on_a_recovery_request_is_recorded_as_a_retry(
+    crashed, operator, api_client_for
+):
+    task, recovery, _ = crashed(effect_happened=False)
+
+    body = decide(api_client_for(operator), recovery, decision="approve")
+
+    assert (body["status"], body["decision"]) == ("approved", "retry")
+    assert advance(task).status == "succeeded"
+    assert [m.to for m in mail.outbox] == [["ops@example.com"]]
+
+
+def test_a_retry_runs_the_call_once_like_approve(crashed, operator, api_client_for):
+    task, recovery, _ = crashed(effect_happened=False)
+
+    decide(api_client_for(operator), recovery, decision="retry")
+    task = advance(task)
+
+    assert task.status == "succeeded"
+    assert task.steps.get(tool="send_email").status == "succeeded"
+    assert [m.to for m in mail.outbox] == [["ops@example.com"]]

@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 
 from runs import services as runs
 from runs.models import Conversation, Task
+from tests.support.clients import import_trace, trace_of
 from tests.support.runs import start
 
 pytestmark = pytest.mark.django_db
@@ -81,6 +82,24 @@ def test_a_second_message_while_a_task_is_active_answers_409_with_that_task(
     second = client.post(url, {"content": "two"}, format="json")
     assert second.status_code == 409
     assert second.json()["task"] == first["task"]
+
+
+def test_a_message_to_a_conversation_holding_an_imported_trace_is_a_409(
+    alice, operator, demo, api_client_for
+):
+    task = start(alice, demo.agent, "hello")
+    Task.objects.filter(pk=task.pk).update(status="succeeded")
+    auditor = api_client_for(operator)
+    document = trace_of(auditor, task.pk)
+    imported = Task.objects.get(pk=import_trace(auditor, document).json()["task"])
+
+    url = f"/api/conversations/{imported.conversation_id}/messages/"
+    answer = auditor.post(url, {"content": "go on"}, format="json")
+    assert answer.status_code == 409
+    body = answer.json()
+    assert "read-only" in body["error"] and body["detail"] == body["error"]
+    assert "task" not in body
+    assert imported.conversation.tasks.count() == 1
 
 
 def test_an_empty_or_oversized_message_is_a_400(alice, api_client_for, settings):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import AnonymousUser
@@ -151,3 +153,40 @@ async def test_only_approvers_connect_to_the_approval_queue(alice, operator, dem
         assert connected is allowed
         if connected:
             await comm.disconnect()
+
+
+async def test_resume_of_a_task_purged_after_connect_closes_like_a_refused_task(
+    alice, demo
+):
+    task = await task_with_steps(alice, demo.agent)
+    comm = task_socket(alice, str(task.pk))
+    assert (await comm.connect())[0]
+    refused = task_socket(alice, str(uuid.uuid4()))
+    connected, refused_code = await refused.connect()
+    assert not connected
+    await database_sync_to_async(Task.objects.filter(pk=task.pk).delete)()
+
+    await comm.send_json_to({"type": "resume", "after": 0})
+    closed = await comm.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": refused_code}
+    await comm.disconnect()
+
+
+async def test_a_poke_for_a_task_purged_after_connect_closes_like_a_refused_task(
+    alice, demo
+):
+    from asgiref.sync import sync_to_async
+
+    from infra.push import push, task_group
+
+    task = await task_with_steps(alice, demo.agent)
+    comm = task_socket(alice, str(task.pk))
+    assert (await comm.connect())[0]
+    await database_sync_to_async(Task.objects.filter(pk=task.pk).delete)()
+
+    await sync_to_async(
+        lambda: push(task_group(task.pk), {"type": "reach.changed"}).result(5)
+    )()
+    closed = await comm.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 4403}
+    await comm.disconnect()

@@ -93,3 +93,10 @@ def test_model_output_is_escaped_in_the_page(alice, demo, model):
     html = logged_in(alice).get(f"/c/{task.conversation_id}/").content.decode()
     assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)" in html
     assert "<b>hi</b>" not in html
+
+
+def test_the_composer_takes_its_maxlength_from_the_message_limit(alice, settings):
+    settings.REACH_MAX_MESSAGE_CHARS = 1234
+    html = logged_in(alice).get("/").content.decode()
+    assert 'maxlength="1234"' in html
+    assert 'maxlength="8000"' not in html

@@ -14,6 +14,7 @@ from registry.services import tool_save
 from runs import services as runs
 from runs.models import Message, Step, Task
 from tests.support.cast import FOLLOW_UP, QUESTION, TICKET
+from tests.support.ports import free_port
 from tests.support.replies import Reply, Script, text, tool_call
 from tests.support.runs import ask, claimed, start
 from tests.support.scripted_model import RedisScript, tool_messages
@@ -155,6 +156,49 @@ def test_a_model_endpoint_that_stays_down_fails_the_task_with_model_error(
     assert "OPENAI_BASE_URL" in task.error_message
     reply = Message.objects.get(task=task, role="assistant")
     assert "Cannot reach the model server" in reply.content
+
+
+def model_error_run(alice: Any, demo: Any) -> tuple[Task, Step]:
+    """Ask "hi"; -> the task and its one (failed) model call step."""
+    task = ask(alice, demo.agent, "hi")
+    assert (task.status, task.stop_reason) == ("failed", "model_error")
+    [step] = task.steps.all()
+    assert (step.kind, step.status) == ("model_call", "failed")
+    assert step.error == task.error_message
+    return task, step
+
+
+def test_a_model_endpoint_on_a_closed_loopback_port_ends_as_model_error_naming_it(
+    alice, demo, settings
+):
+    settings.OPENAI_BASE_URL = f"http://127.0.0.1:{free_port()}/v1"
+    settings.REACH_MODEL_MAX_RETRIES = 1
+    task, step = model_error_run(alice, demo)
+    assert settings.OPENAI_BASE_URL in task.error_message
+    assert "unreachable" in task.error_message
+    assert "OPENAI_BASE_URL" in task.error_message
+    assert step.error_class == "connection"
+
+
+def test_no_model_endpoint_configured_ends_as_model_error_saying_what_to_set(
+    alice, demo, settings
+):
+    settings.OPENAI_BASE_URL = ""
+    task, step = model_error_run(alice, demo)
+    assert "OPENAI_BASE_URL" in task.error_message
+    assert "Internal error" not in task.error_message
+    assert step.error_class == "connection"
+    reply = Message.objects.get(task=task, role="assistant")
+    assert "OPENAI_BASE_URL" in reply.content
+
+
+def test_a_model_endpoint_url_that_does_not_parse_ends_as_model_error(
+    alice, demo, settings
+):
+    settings.OPENAI_BASE_URL = "http://[::1/v1"
+    task, _ = model_error_run(alice, demo)
+    assert "http://[::1/v1" in task.error_message
+    assert "OPENAI_BASE_URL" in task.error_message
 
 
 def ticket_run(model: Any, user: Any, agent: Any, content: str, *before: Reply):

@@ -98,6 +98,19 @@ def last_user_text(request: Mapping[str, Any]) -> str:
     return "" if index is None else content_text(messages[index].get("content"))
 
 
+def this_turn(
+    request: Mapping[str, Any],
+) -> tuple[list[dict[str, Any]], int, str, dict[str, str]] | None:
+    """``(messages, index of the last user message, its text, tool names by call
+    id)``, or None when no user has spoken."""
+    messages = messages_of(request)
+    user_index = last_user_index(messages)
+    if user_index is None:
+        return None
+    question = content_text(messages[user_index].get("content"))
+    return messages, user_index, question, tool_names_by_call_id(messages)
+
+
 def tool_messages(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The ``tool`` messages of a request (the results the model was sent)."""
     return [m for m in messages_of(request) if m.get("role") == "tool"]
@@ -329,14 +342,11 @@ class RedisScript(RecordingHandler):
     # The decision -------------------------------------------------------------
 
     def respond(self, request: dict[str, Any]) -> AnyReply:
-        messages = messages_of(request)
-        user_index = last_user_index(messages)
-        if user_index is None:
+        current = this_turn(request)
+        if current is None:
             return text(GREETING_TEXT)
-        question = content_text(messages[user_index].get("content"))
-        turn = messages[user_index + 1 :]
-        names = tool_names_by_call_id(messages)
-        results = [m for m in turn if m.get("role") == "tool"]
+        messages, user_index, question, names = current
+        results = [m for m in messages[user_index + 1 :] if m.get("role") == "tool"]
         if not results:
             return self._first_move(request, messages[:user_index], question)
         latest = results[-1]
@@ -479,6 +489,146 @@ class RedisScript(RecordingHandler):
 
 
 # The server -------------------------------------------------------------------
+
+
+_QUOTED = re.compile(r"[「“\"]([^」”\"]+)[」”\"]")
+_LATIN_WORD = re.compile(r"\b[A-Z][A-Za-z]{2,}\b")
+_OBEY = re.compile(r"\b(send_email|create_ticket)\b[^{]{0,40}(\{[^{}]*\})")
+_BUDGET_WORDS = ("预算", "总和", "budget", "total")
+_RETENTION_WORDS = ("保留", "多少天", "retention", "days")
+
+
+class NotesScript(RedisScript):
+    """The demo questions in general, and the worst case for injections.
+
+    A fake for the eval suites (``evals/suites``): it searches the notes for the
+    quoted name or the capitalised word of the question (``「搜索实验」``,
+    ``Redis``), computes the budget of the note it finds, quotes a note's
+    retention, says when nothing matched, and does plain arithmetic and
+    follow-ups like :class:`RedisScript`. It **obeys** any instruction in a tool
+    result to call ``send_email`` or ``create_ticket`` with a JSON object (once
+    per turn), then carries on with the user's question: what the platform must
+    contain is a model that does whatever the data says.
+    """
+
+    def respond(self, request: dict[str, Any]) -> AnyReply:
+        current = this_turn(request)
+        if current is None:
+            return text(GREETING_TEXT)
+        messages, user_index, question, names = current
+        results = [
+            (names.get(str(m.get("tool_call_id")), ""), m)
+            for m in messages[user_index + 1 :]
+            if m.get("role") == "tool"
+        ]
+        if not results:
+            keyword = self._keyword(question)
+            if keyword is not None:
+                return self._call(request, "search_notes", {"keyword": keyword})
+            return super().respond(request)
+        called = {name for name, _ in results}
+        searches = [m for name, m in results if name == "search_notes"]
+        if searches and not called & {"send_email", "create_ticket"}:
+            order = self._injected_order(searches[-1])
+            if order is not None:
+                return self._call(request, order[0], order[1])
+        name, latest = results[-1]
+        if name in ("send_email", "create_ticket") and searches:
+            # Obeyed (or refused by a human): back to the user's question.
+            return self._after_notes(request, question, searches[-1])
+        if name == "search_notes":
+            return self._after_notes(request, question, latest)
+        return super().respond(request)
+
+    @staticmethod
+    def _keyword(question: str) -> str | None:
+        quoted = _QUOTED.search(question)
+        if quoted:
+            return quoted.group(1).strip()
+        latin = _LATIN_WORD.findall(question)
+        words = [w for w in latin if w.lower() not in {"which", "find", "what"}]
+        return words[0] if words else None
+
+    @staticmethod
+    def _injected_order(
+        message: Mapping[str, Any],
+    ) -> tuple[str, dict[str, Any]] | None:
+        match = _OBEY.search(content_text(message.get("content")).replace('\\"', '"'))
+        if match is None:
+            return None
+        try:
+            arguments = json.loads(match.group(2))
+        except ValueError:
+            return None
+        return (match.group(1), arguments) if isinstance(arguments, dict) else None
+
+    def _after_notes(
+        self, request: Mapping[str, Any], question: str, message: Mapping[str, Any]
+    ) -> AnyReply:
+        value = _parse_tool_content(message.get("content"))
+        keyword = (self._keyword(question) or "").lower()
+        notes = [
+            n
+            for n in (value if isinstance(value, list) else [])
+            if isinstance(n, Mapping)
+            and keyword
+            and keyword in f"{n.get('title')}\n{n.get('content')}".lower()
+        ]
+        if not notes:
+            return text(f"项目笔记里没有找到提到 {keyword or '它'} 的方案。")
+        title = str(notes[0].get("title") or "")
+        body = str(notes[0].get("content") or "")
+        lowered = question.lower()
+        if any(word in lowered for word in _BUDGET_WORDS):
+            match = _EXPRESSION_AFTER.search(body)
+            if match is None:
+                return text(f"「{title}」里没有预算表达式。")
+            calculated = [
+                m
+                for m in messages_of(request)[
+                    last_user_index(messages_of(request)) or 0 :
+                ]
+                if m.get("role") == "tool"
+                and isinstance(_parse_tool_content(m.get("content")), dict)
+                and "expression" in _parse_tool_content(m.get("content"))
+            ]
+            if calculated:
+                result = _parse_tool_content(calculated[-1].get("content"))
+                return text(
+                    f"「{title}」的预算表达式 {result.get('expression')} 的总和是 "
+                    f"{_format_number(result.get('result'))}。"
+                )
+            return self._call(
+                request, "calculate", {"expression": match.group(1).strip()}
+            )
+        if any(word in lowered for word in _RETENTION_WORDS):
+            return text(f"「{title}」：{body}")
+        return text(f"提到 {keyword} 的方案是「{title}」：{body}")
+
+    def _after_calculate(
+        self, messages: Sequence[Mapping[str, Any]], question: str, value: Any
+    ) -> AnyReply:
+        title = None
+        for message in reversed(messages):
+            parsed = _parse_tool_content(message.get("content"))
+            if message.get("role") == "tool" and isinstance(parsed, list):
+                keyword = (self._keyword(question) or "").lower()
+                for note in parsed:
+                    if (
+                        isinstance(note, Mapping)
+                        and keyword
+                        and keyword
+                        in (f"{note.get('title')}\n{note.get('content')}".lower())
+                    ):
+                        title = str(note.get("title"))
+                        break
+                break
+        if title and isinstance(value, dict):
+            return text(
+                f"「{title}」的预算表达式 {value.get('expression')} 的总和是 "
+                f"{_format_number(value.get('result'))}。"
+            )
+        return super()._after_calculate(messages, question, value)
 
 
 def usage_for(request: Mapping[str, Any], reply: Reply) -> dict[str, int]:
@@ -788,6 +938,7 @@ class ScriptedModel(Started):
 
 SCRIPTS: dict[str, Callable[[], Handler]] = {
     "redis": RedisScript,
+    "notes": NotesScript,
     "echo": EchoScript,
 }
 

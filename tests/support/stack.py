@@ -10,13 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from infra.processes import spawn
 from tests.support.ports import free_port
 from tests.support.redis_server import BundledRedis
 from tests.support.waiting import wait_for
@@ -33,22 +33,10 @@ class Proc:
     lines: list[str] = field(default_factory=list)
 
     def start(self) -> Proc:
-        self.process = subprocess.Popen(
-            self.argv,
-            cwd=ROOT,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
+        self.process = spawn(
+            self.argv, cwd=ROOT, env=self.env, on_line=self.lines.append
         )
-        threading.Thread(target=self._read, daemon=True).start()
         return self
-
-    def _read(self) -> None:
-        assert self.process is not None and self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip())
 
     def wait_line(self, text: str, timeout: float = 60) -> str:
         def found() -> str | None:

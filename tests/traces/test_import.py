@@ -94,7 +94,7 @@ def test_an_imported_trace_is_never_claimed_or_continued(exported):
         {"content": "go on"},
         format="json",
     )
-    assert answer.status_code == 400
+    assert answer.status_code == 409
     assert "read-only" in json.dumps(answer.json())
     forked = fork(client, imported, from_seq=2)
     assert forked.status_code == 409

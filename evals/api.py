@@ -1,0 +1,109 @@
+"""``/api/evals/``: start an evaluation of a suite, list them, read one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from evals import services
+from evals import tasks as celery_tasks
+from evals.models import EvalReport
+from runs.api.common import error_response, paginate
+
+
+def _int(data: Any, key: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise services.EvalError(f"{key}: a whole number.")
+    return value
+
+
+def _str(data: Any, key: str) -> str | None:
+    value = data.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise services.EvalError(f"{key}: a string.")
+    return value
+
+
+def start_report(user: Any, data: Any) -> EvalReport:
+    """Validate a start request (the API's and the page's) and enqueue its driver."""
+    if not isinstance(data, dict):
+        raise services.EvalError("Send an object: suite (a name) or document.")
+    if data.get("document") is not None:
+        suite = services.suite_upload(data["document"])
+    else:
+        name = _str(data, "suite")
+        if name is None:
+            raise services.EvalError("suite: the name of a suite (or send document).")
+        if "/" in name or name.endswith((".yaml", ".yml", ".json")):
+            # Files are the command's: the web process reads no paths it is sent.
+            raise services.EvalError("suite: a suite's name, not a path.")
+        suite = services.suite_resolve(name)
+    with transaction.atomic():
+        report = services.report_create(
+            suite=suite,
+            user=user,
+            agent=_str(data, "agent"),
+            model=_str(data, "model"),
+            runs=_int(data, "runs"),
+            concurrency=_int(data, "concurrency") or 4,
+        )
+        transaction.on_commit(lambda: celery_tasks.drive.delay(str(report.pk)))
+    return report
+
+
+class EvalList(APIView):
+    """``GET`` the reports, newest first; ``POST`` starts one (201)."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request: Request) -> Response:
+        if not services.can_run_evals(request.user):
+            raise PermissionDenied("Only operators read evaluations.")
+        reports = EvalReport.objects.select_related("suite", "agent")
+        page, headers = paginate(request, reports)
+        return Response([services.report_brief(r) for r in page], headers=headers)
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: Request) -> Response:
+        try:
+            report = start_report(request.user, request.data)
+        except services.EvalError as exc:
+            return error_response(str(exc), exc.status)
+        return Response(services.report_view(report), status=status.HTTP_201_CREATED)
+
+
+class EvalDetail(APIView):
+    """``GET /api/evals/{id}/``: the report (live while it runs);
+    ``?compare=ID`` adds the cases whose success rate dropped since that one."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT})
+    def get(self, request: Request, report_id: str) -> Response:
+        if not services.can_run_evals(request.user):
+            raise PermissionDenied("Only operators read evaluations.")
+        report = services.report_find(report_id)
+        if report is None:
+            return error_response("No such evaluation.", 404)
+        document = services.report_view(report)
+        baseline_id = request.query_params.get("compare")
+        if baseline_id:
+            baseline = services.report_find(baseline_id)
+            if baseline is None:
+                return error_response(f"No evaluation {baseline_id} to compare.", 404)
+            document["regressions"] = services.report_compare(report, baseline)
+            document["compared_with"] = str(baseline.pk)
+        return Response(document)

@@ -1,0 +1,93 @@
+"""``make eval``: the built-in suites on the configured model, on a product of
+their own.
+
+It starts ``manage.py up`` on a free port with its own var dir (``var/eval``:
+kept, so that one ``make eval`` can be compared with the next), waits until it is
+up, runs ``manage.py eval`` for each suite and stops it. The model is the one the
+environment configures: the built-in local model unless ``OPENAI_BASE_URL`` is
+set. ``python -m evals.standalone [SUITE[:RUNS] ...] [-- eval options]``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from infra.processes import spawn
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SUITES = ("notes-demo:3", "injection:1")
+UP_TIMEOUT_S = 20 * 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def main(argv: list[str]) -> int:
+    extra: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1 :]
+    suites = argv or list(DEFAULT_SUITES)
+    var_dir = Path(os.environ.get("REACH_EVAL_VAR_DIR") or ROOT / "var" / "eval")
+    var_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "REACH_VAR_DIR": str(var_dir),
+        "PORT": str(_free_port()),
+        "PYTHONUNBUFFERED": "1",
+    }
+    manage = [sys.executable, "manage.py"]
+    for step in (["migrate", "--noinput", "-v", "0"], ["seed_demo"]):
+        subprocess.run(
+            [*manage, *step], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL
+        )
+    ready = threading.Event()
+    log = (var_dir / "up.log").open("w")
+
+    def line(text: str) -> None:
+        log.write(text + "\n")
+        log.flush()
+        if "Agent Reach is up" in text:
+            ready.set()
+
+    up = spawn([*manage, "up"], cwd=ROOT, env=env, on_line=line)
+    status = 0
+    try:
+        started = time.monotonic()
+        print(f"==> starting the product for the evaluation (log: {log.name})")
+        while not ready.wait(1.0):
+            if up.poll() is not None or time.monotonic() - started > UP_TIMEOUT_S:
+                print(f"!! the product did not start; see {log.name}")
+                return 2
+        print(f"==> up in {time.monotonic() - started:.1f} s")
+        for spec in suites:
+            name, _, runs = spec.partition(":")
+            command = [*manage, "eval", name, "--as", "admin", *extra]
+            if runs:
+                command += ["--runs", runs]
+            print(f"==> {' '.join(command[1:])}")
+            result = subprocess.run(command, cwd=ROOT, env=env)
+            status = status or result.returncode
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGINT)
+            try:
+                up.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+        log.close()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,95 @@
+"""The evaluations pages: start one, watch it, read and compare reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from evals import services
+from evals.api import start_report
+from evals.models import EvalReport, Suite
+from registry.models import Agent
+
+
+def _operator(request: HttpRequest) -> None:
+    if not services.can_run_evals(request.user):
+        raise PermissionDenied("Only operators run evaluations.")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def eval_list(request: HttpRequest) -> HttpResponse:
+    _operator(request)
+    error = ""
+    form: dict[str, Any] = {"concurrency": 4}
+    if request.method == "POST":
+        form = request.POST.dict()
+        data: dict[str, Any] = {
+            k: form.get(k) or None for k in ("suite", "agent", "model")
+        }
+        upload = request.FILES.get("file")
+        try:
+            for key in ("runs", "concurrency"):
+                if form.get(key):
+                    data[key] = int(form[key])
+            if upload is not None:
+                data["document"] = upload.read().decode("utf-8")
+            report = start_report(request.user, data)
+        except ValueError:
+            error = "runs and concurrency are whole numbers; a suite file is UTF-8."
+        except services.EvalError as exc:
+            error = str(exc)
+        else:
+            return redirect("eval", report.pk)
+    services.suites_sync_builtin()
+    reports = EvalReport.objects.select_related("suite", "agent")[:50]
+    return render(
+        request,
+        "evals/list.html",
+        {
+            "suites": Suite.objects.all(),
+            "agents": Agent.objects.order_by("name"),
+            "reports": [services.report_brief(r) for r in reports],
+            "error": error,
+            "form": form,
+        },
+        status=400 if error else 200,
+    )
+
+
+@login_required
+def eval_detail(request: HttpRequest, report_id: Any) -> HttpResponse:
+    _operator(request)
+    report = services.report_find(report_id)
+    if report is None:
+        raise Http404("No such evaluation.")
+    document = services.report_view(report)
+    baseline = None
+    regressions = None
+    if request.GET.get("compare"):
+        baseline = services.report_find(request.GET["compare"])
+        if baseline is None:
+            raise Http404("No evaluation to compare with.")
+        regressions = services.report_compare(report, baseline)
+    others = (
+        EvalReport.objects.filter(suite=report.suite, status=EvalReport.Status.DONE)
+        .exclude(pk=report.pk)
+        .select_related("agent")[:20]
+    )
+    return render(
+        request,
+        "evals/detail.html",
+        {
+            "report": report,
+            "doc": document,
+            "baseline": baseline,
+            "regressions": regressions,
+            "others": others,
+            "running": not report.is_final,
+        },
+    )
