@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.db.models import Q
 
+from effects import search
 from effects.models import Note, Ticket
 from effects.services import effect_once, outbox_dispatch, queue_email
 from engine.execution import ToolError
@@ -27,27 +27,33 @@ def calculate(arguments: dict[str, Any], context: CallContext) -> dict[str, Any]
     return {"expression": expression, "result": result}
 
 
-_WORD_SPLIT = re.compile(r"[\s,;，。；、！？!?]+")
-
-
-def keyword_words(keyword: str) -> list[str]:
-    """The words of a keyword; small models pass phrases, so match any word."""
-    words = [w.strip("\"'“”‘’()（）") for w in _WORD_SPLIT.split(keyword)]
-    return [w for w in words if w][:10]
+#: Candidates read before ranking: the notes table of a team, not a corpus.
+MAX_CANDIDATES = 500
 
 
 @register("search_notes")
 def search_notes(
     arguments: dict[str, Any], context: CallContext
 ) -> list[dict[str, str]]:
-    words = keyword_words(str(arguments["keyword"]))
+    keyword = str(arguments["keyword"])
+    words = search.terms(keyword)
     if not words:
         raise ToolError("The keyword is empty. Pass one or more words to look for.")
     query = Q()
     for word in words:
         query |= Q(title__icontains=word) | Q(content__icontains=word)
-    notes = Note.objects.filter(query).order_by("-created_at", "-id")[:MAX_NOTES]
-    return [{"title": n.title, "content": n.content} for n in notes]
+    candidates = list(
+        Note.objects.filter(query)
+        .order_by("-created_at", "-id")
+        .values_list("title", "content")[:MAX_CANDIDATES]
+    )
+    order = search.rank(words, candidates)[:MAX_NOTES]
+    if not order:
+        raise ToolError(
+            f"No note mentions any word of {keyword!r}. Try fewer or other words "
+            "(one name or term works best)."
+        )
+    return [{"title": candidates[i][0], "content": candidates[i][1]} for i in order]
 
 
 @register("create_ticket")

@@ -130,7 +130,7 @@ def case_document(
         "answered": sum(1 for r in runs if answered(case, r)),
         "steps": {"mean": _mean(steps), "p95": _p95(steps)},
         "tokens": {"mean": _mean(float(r["tokens"]) for r in runs)},
-        "latency_s": {"mean": _mean(latency), "p95": _p95(latency)},
+        "latency_s": {"mean": _mean(latency), "p95": _p95(latency), "each": latency},
         "stop_reasons": dict(Counter(str(r["stop_reason"]) for r in runs)),
         "failures": sorted({f for s in scores for f in s.failures}),
         "tasks": [t for r in runs for t in r["tasks"]],

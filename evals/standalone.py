@@ -10,6 +10,7 @@ set. ``python -m evals.standalone [SUITE[:RUNS] ...] [-- eval options]``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -30,6 +31,27 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def first_answer(manage: list[str], env: dict[str, str]) -> None:
+    """The demo question first thing after start-up, then again: the ratio."""
+    command = [*manage, "eval", "first-answer", "--as", "admin", "--json"]
+    result = subprocess.run(
+        [*command, "--concurrency", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode:
+        print(f"!! first-answer failed: {result.stderr[-2000:]}")
+        return
+    case = json.loads(result.stdout)["cases"][0]
+    first, warm = case["latency_s"]["each"][:2]
+    print(
+        f"==> first answer after start-up {first:.1f} s, the same question warm "
+        f"{warm:.1f} s: {first / warm:.2f}x ({case['passed']}/{case['runs']} passed)"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -70,6 +92,7 @@ def main(argv: list[str]) -> int:
                 print(f"!! the product did not start; see {log.name}")
                 return 2
         print(f"==> up in {time.monotonic() - started:.1f} s")
+        first_answer(manage, env)
         for spec in suites:
             name, _, runs = spec.partition(":")
             command = [*manage, "eval", name, "--as", "admin", *extra]

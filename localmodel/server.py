@@ -37,6 +37,10 @@ WARMUP_TIMEOUT_SECONDS = 300.0
 INSTALL_HINT = "install it with: python -m localmodel.install"
 
 
+#: What the prompt cache may hold: a few states of a 1.5B model at n_ctx 4096.
+PROMPT_CACHE_BYTES = 1 << 30
+
+
 def log(message: str) -> None:
     """Write one line to stderr (stdout carries only the READY line)."""
     print(f"local model server: {message}", file=sys.stderr, flush=True)
@@ -167,6 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         n_threads=args.threads,
         n_threads_batch=args.threads,
         n_gpu_layers=0,
+        # Prompt states kept in RAM by their tokens: a conversation that comes
+        # back after another one ran still starts from its longest known prefix
+        # (the agent's system prompt and tools, read once at warm-up).
+        cache=True,
+        cache_type="ram",
+        cache_size=PROMPT_CACHE_BYTES,
         verbose=False,
     )
     try:

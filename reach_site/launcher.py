@@ -730,6 +730,21 @@ def start_all(supervisor: Supervisor, plan: Plan) -> None:
         ),
     )
     supervisor.start(*django_children)
+    if plan.local_model:
+        warm_model(supervisor, env)
+
+
+def warm_model(supervisor: Supervisor, env: dict[str, str]) -> None:
+    """Read the default agent's prompt into the built-in model before the banner,
+    so that the first question costs what the later ones cost. Not fatal: a
+    cold model is slower, not broken."""
+    code = supervisor.run_once(
+        "warm", [sys.executable, "manage.py", "warm_model"], dict(env)
+    )
+    if code != 0:
+        supervisor.out.line(
+            "up", f"warming the model failed ({describe_exit(code)}); carrying on"
+        )
 
 
 def start_redis(supervisor: Supervisor, plan: Plan) -> None:

@@ -1,0 +1,69 @@
+"""How ``search_notes`` matches: words, not only the exact substring.
+
+A small model passes phrases ("实验这个方案", "Redis cache budget"); an exact
+substring of them rarely occurs in a note. So a query becomes terms: each Latin
+word, and for Chinese (and other CJK) runs the run itself plus its character
+bigrams. A note matches when any term occurs; notes rank by how many distinct
+terms they hold (a term in the title counts three times), then by how close
+together the terms stand, then newest first. Pure text: no database here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+_CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+_TOKEN = re.compile(rf"[{_CJK}]+|[^\W_]+", re.UNICODE)
+_IS_CJK = re.compile(rf"^[{_CJK}]+$")
+#: Bound the work a long query can cause.
+MAX_TERMS = 24
+TITLE_WEIGHT = 3
+
+
+def terms(query: str) -> list[str]:
+    """The distinct, lower-cased terms of ``query``, longest runs first."""
+    found: list[str] = []
+
+    def add(term: str) -> None:
+        if term and term not in found and len(found) < MAX_TERMS:
+            found.append(term)
+
+    for token in _TOKEN.findall(query.lower()):
+        if _IS_CJK.match(token):
+            add(token)
+            for i in range(len(token) - 1):
+                add(token[i : i + 2])
+        else:
+            add(token)
+    return found
+
+
+@dataclass(frozen=True)
+class Scored:
+    index: int
+    score: int
+    spread: int
+
+
+def rank(query_terms: Sequence[str], notes: Sequence[tuple[str, str]]) -> list[int]:
+    """Indexes of ``notes`` (title, content) that match, best first; ties keep
+    the order given (the caller passes newest first)."""
+    scored = []
+    for index, (title, content) in enumerate(notes):
+        title_l, content_l = title.lower(), content.lower()
+        score = 0
+        positions = []
+        for term in query_terms:
+            in_title = term in title_l
+            at = content_l.find(term)
+            if in_title or at >= 0:
+                score += TITLE_WEIGHT if in_title else 1
+            if at >= 0:
+                positions.append(at)
+        if score:
+            spread = max(positions) - min(positions) if len(positions) > 1 else 0
+            scored.append(Scored(index, score, spread))
+    scored.sort(key=lambda s: (-s.score, s.spread, s.index))
+    return [s.index for s in scored]
