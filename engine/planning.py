@@ -44,6 +44,7 @@ from .spec import (
     StopReason,
     ToolCall,
     ToolSpec,
+    taint_label,
     utcnow,
 )
 
@@ -232,13 +233,19 @@ def _short(value: Any) -> str:
 
 
 def taint_sources(
-    steps: Sequence[StepRecord], inherited: Sequence[str] = ()
+    steps: Sequence[StepRecord], inherited: Sequence[str] = (), task_id: str = ""
 ) -> list[str]:
     """What taints the run: what it inherited, then its untrusted results."""
     sources = list(inherited)
     for step in steps:
         if step.kind is StepKind.TOOL_CALL and StepDetail(step.detail).untrusted:
-            label = f"{step.tool}#{step.seq}"
+            # A step a fork copied is its parent's record: the parent's label.
+            copied = step.detail.get(DetailKey.COPIED_FROM) or {}
+            label = taint_label(
+                step.tool,
+                int(copied.get("seq", step.seq)),
+                str(copied.get("task", task_id)),
+            )
             if label not in sources:
                 sources.append(label)
     return sources
@@ -321,7 +328,7 @@ class Planner:
         """
         now = now or utcnow()
         tool_steps = [s for s in steps if s.kind is StepKind.TOOL_CALL]
-        taint = taint_sources(steps, inherited_taint)
+        taint = taint_sources(steps, inherited_taint, task_id)
         successes: dict[str, StepRecord] = {}
         repeats: dict[str, int] = {}
         stop: StopReason | None = None

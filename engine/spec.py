@@ -606,5 +606,13 @@ class AgentSnapshot:
         return {d["name"]: ToolSpec.from_definition(d) for d in self.tools}
 
 
+def taint_label(tool: str | None, seq: int, task_id: str = "") -> str:
+    """What names one untrusted result as a taint source: the tool, the step and
+    the task it belongs to (``search_notes#2@1a2b3c4d``), so that the same step
+    number of two tasks of one conversation are two sources, not one."""
+    label = f"{tool}#{seq}"
+    return f"{label}@{task_id[:8]}" if task_id else label
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)

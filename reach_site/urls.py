@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from approvals import api as approvals_api
 from approvals import views as approvals_views
@@ -15,6 +15,7 @@ from evals import views as evals_views
 from reach_site.health import healthz
 from reach_site.metrics import metrics
 from runs import views as chat
+from runs.api import stream
 from runs.api import views as api
 from traces import api as traces_api
 from traces import views as traces_views
@@ -33,6 +34,7 @@ api_patterns = [
     path("tasks/", api.TaskList.as_view()),
     path("tasks/<uuid:task_id>/", api.TaskDetail.as_view()),
     path("tasks/<uuid:task_id>/steps/", api.TaskSteps.as_view()),
+    path("tasks/<uuid:task_id>/events/", stream.TaskEvents.as_view()),
     path("tasks/<uuid:task_id>/cancel/", api.TaskCancel.as_view()),
     path("tasks/<uuid:task_id>/trace/", traces_api.TaskTrace.as_view()),
     path("tasks/<uuid:task_id>/rerun/", traces_api.TaskRerun.as_view()),
@@ -47,7 +49,9 @@ api_patterns = [
         approvals_api.ApprovalDecisionView.as_view(),
     ),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    # Swagger UI from the sidecar's static files, its start-up script a separate
+    # request (``?script=``): the page loads from this host alone, under the CSP.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="docs"),
 ]
 
 urlpatterns = [

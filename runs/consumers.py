@@ -1,4 +1,12 @@
-"""The task websocket: ``/ws/tasks/{id}/`` for the owner or an auditor."""
+"""The task websocket: ``/ws/tasks/{id}/`` for the owner or an auditor.
+
+Browsers come with their session cookie and must come from our Origin. Programs
+come with a bearer token offered as a subprotocol, ``Sec-WebSocket-Protocol:
+bearer, <token>``, and the server answers ``bearer``: never a query string, which
+lands in access logs. Such a socket is the token's user whatever cookie rides
+along, so the Origin check (against pages that borrow the browser's cookie) does
+not apply to it: a foreign page cannot send a token it does not hold.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +17,51 @@ from urllib.parse import urlparse
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 
 from infra.push import task_group, user_group
+from runs.api.auth import token_group, token_user
 from runs.events import changes_since
 from runs.selectors import visible_tasks
 
 #: The close code of every refused socket: anonymous, foreign Origin, no
 #: permission, or nothing (any longer) to watch.
 REFUSED = 4403
+#: The subprotocol a program offers beside its token; the server answers with it.
+BEARER_SUBPROTOCOL = "bearer"
+
+
+def offered_token(scope: dict[str, Any]) -> str | None:
+    """The token offered beside ``bearer`` in ``Sec-WebSocket-Protocol``.
+
+    None when the handshake does not offer ``bearer`` (a browser's session
+    socket); "" when it does but without exactly one other entry, the token
+    (refused like a wrong token, never taken for a session socket).
+    """
+    offered = [str(p) for p in scope.get("subprotocols") or []]
+    if BEARER_SUBPROTOCOL not in offered:
+        return None
+    others = [p for p in offered if p != BEARER_SUBPROTOCOL]
+    return others[0] if len(others) == 1 else ""
+
+
+class OriginOrBearerValidator:
+    """Before routing: refuse a socket from a foreign Origin, unless it offers a
+    bearer token (which the consumer checks instead, ignoring any cookie).
+
+    Programs send no Origin header, so Channels' AllowedHostsOriginValidator
+    alone would refuse every one of them.
+    """
+
+    def __init__(self, application: Any) -> None:
+        self.application = application
+        self.origin_checked = AllowedHostsOriginValidator(application)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if offered_token(scope) is not None:
+            return await self.application(scope, receive, send)
+        return await self.origin_checked(scope, receive, send)
 
 
 def origin_allowed(scope: dict[str, Any]) -> bool:
@@ -38,24 +82,45 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
 
 
 class ReachConsumer(AsyncJsonWebsocketConsumer):
-    """Shared checks: authenticated user, Origin; closes when the session ends."""
+    """Shared checks: a session from our Origin or a bearer token; closes when
+    that session ends or the token is revoked."""
 
     groups_joined: list[str]
 
     async def connect(self) -> None:
         self.groups_joined = []
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated or not origin_allowed(self.scope):
+        identity = await self.identify()
+        if identity is None:
             await self.close(code=REFUSED)
             return
+        user, identity_group, subprotocol = identity
         if not await self.authorize(user):
             await self.close(code=REFUSED)
             return
         # Join before accepting, so nothing sent in between is missed.
-        for group in [*self.groups_for(user), user_group(user.pk)]:
+        for group in [*self.groups_for(user), identity_group]:
             await self.channel_layer.group_add(group, self.channel_name)
             self.groups_joined.append(group)
-        await self.accept()
+        await self.accept(subprotocol)
+
+    async def identify(self) -> tuple[Any, str, str | None] | None:
+        """The user, the group that announces the end of their session or token,
+        and the subprotocol to answer; None to refuse."""
+        key = offered_token(self.scope)
+        if key is None:
+            user = self.scope.get("user")
+            if user is None or not user.is_authenticated:
+                return None
+            if not origin_allowed(self.scope):
+                return None
+            return user, user_group(user.pk), None
+        found = await database_sync_to_async(token_user)(key) if key else None
+        if found is None:
+            return None
+        user, token = found
+        # Every later check (resume, each approval card) reads the scope's user.
+        self.scope["user"] = user
+        return user, token_group(token.pk), BEARER_SUBPROTOCOL
 
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "groups_joined", []):

@@ -103,6 +103,9 @@ class Task(models.Model):
     active_seconds = models.FloatField(default=0.0)
     cancel_requested = models.BooleanField(default=False)
     tainted_by = models.JSONField(default=list, blank=True)
+    # The taint it started with (earlier tasks of its conversation, the parent),
+    # recorded when it starts; null on tasks from before it was recorded.
+    inherited_taint = models.JSONField(null=True, blank=True)
     # The agent as this run used it: instructions, limits and tool definitions.
     agent_snapshot = models.JSONField(default=dict, blank=True)
     parent = models.ForeignKey(

@@ -48,6 +48,7 @@ from engine.spec import (
     TaskStatus,
     ToolSpec,
     Usage,
+    taint_label,
 )
 from infra import runtime
 from infra.logging import current_task_id
@@ -156,6 +157,7 @@ def task_start(
             goal=content,
             agent_snapshot=snapshot.to_json(),
             tainted_by=taint,
+            inherited_taint=list(taint),
             parent=parent,
             parent_seq=parent_seq,
             eval_case=eval_case,
@@ -625,7 +627,7 @@ class DjangoJournal:
                 StepStatus.CACHED,
             ):
                 task = Task.objects.only("tainted_by").get(pk=self._task_pk)
-                label = f"{step.tool}#{step.seq}"
+                label = taint_label(step.tool, step.seq, str(self._task_pk))
                 if label not in (task.tainted_by or []):
                     task.tainted_by = [*(task.tainted_by or []), label]
                     task.save(update_fields=["tainted_by"])

@@ -10,7 +10,7 @@ from django.utils import timezone
 from approvals.payloads import approval_payload
 from audit.models import AuditEvent
 from audit.services import audit_event_payload
-from engine.spec import AgentSnapshot, StepDetail
+from engine.spec import AgentSnapshot, StepDetail, taint_label
 from infra.runtime import redactor
 from runs.models import Task
 from runs.payloads import conversation_payload, step_payload, task_payload
@@ -22,21 +22,23 @@ audit_payload = audit_event_payload
 
 
 def own_taint_labels(task: Task) -> set[str]:
-    """Taint sources a task's own steps produced (``tool#seq``)."""
-    return {
-        f"{tool}#{seq}"
-        for tool, seq, detail in task.steps.values_list("tool", "seq", "detail")
-        if StepDetail(detail).untrusted
-    }
+    """Taint sources a task's own steps produced (``tool#seq@task``, or the
+    ``tool#seq`` of older records)."""
+    labels = set()
+    for tool, seq, detail in task.steps.values_list("tool", "seq", "detail"):
+        if StepDetail(detail).untrusted:
+            labels |= {taint_label(tool, seq, str(task.pk)), taint_label(tool, seq)}
+    return labels
 
 
 def inherited_taint(task: Task) -> list[str]:
     """The taint a task started with (earlier tasks of its conversation, parent).
 
-    Recomputed from the records rather than from the task's final taint, since
-    a label like ``search_notes#2`` can come from an earlier task and from the
-    task's own step alike.
+    Read as recorded when the task started; for a task from before that was
+    recorded, recomputed from the conversation's other tasks.
     """
+    if task.inherited_taint is not None:
+        return [str(source) for source in task.inherited_taint]
     if task.origin is not None:
         carried = task.origin.get("inherited_taint")
         if isinstance(carried, list):

@@ -239,7 +239,7 @@ def test_untrusted_notes_force_approval_of_a_normally_automatic_ticket(
     assert tainted.status == "waiting_approval"
     [approval] = pending(tainted)
     assert approval.tool == "create_ticket"
-    assert approval.tainted_by == ["search_notes#2"]
+    assert approval.tainted_by == [f"search_notes#2@{str(tainted.pk)[:8]}"]
     assert any("untrusted" in reason for reason in approval.reasons)
     assert Ticket.objects.count() == 1
 

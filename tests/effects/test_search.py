@@ -13,7 +13,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_chinese_runs_become_the_run_and_its_bigrams_latin_words_stay_whole():
-    assert terms("实验这个方案") == ["实验这个方案", "实验", "验这", "这个", "个方", "方案"]
+    assert terms("实验这个方案") == [
+        "实验这个方案",
+        "实验",
+        "验这",
+        "这个",
+        "个方",
+        "方案",
+    ]
     assert terms("Redis, cache! 预算") == ["redis", "cache", "预算"]
     assert terms("  ，。 ") == []
     many = "".join(chr(0x4E00 + i) for i in range(500))

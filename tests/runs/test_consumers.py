@@ -6,41 +6,33 @@ import uuid
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from engine.spec import StepKind, StepRecord, StepStatus
+from approvals.consumers import ApprovalsConsumer
+from reach_site.asgi import application
 from runs import services as runs
+from runs.api.auth import token_issue, token_revoke
+from runs.consumers import TaskConsumer
 from runs.models import Task
-from tests.support.runs import claimed
+from tests.support.cast import ORIGIN
+from tests.support.runs import claimed, note_steps
 from tests.support.sockets import queue_socket, task_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def notes(first: int, count: int) -> list[StepRecord]:
-    """``count`` note steps from seq ``first`` on, saying ``note <seq - 1>``."""
-    return [
-        StepRecord(
-            seq=seq,
-            kind=StepKind.NOTE,
-            status=StepStatus.SUCCEEDED,
-            detail={"text": f"note {seq - 1}"},
-        )
-        for seq in range(first, first + count)
-    ]
 
 
 @database_sync_to_async
 def task_with_more_steps(task, count):
     row = Task.objects.get(pk=task.pk)
     journal = runs.DjangoJournal(row, owner=row.lease_owner, epoch=row.lease_epoch)
-    journal.append(notes(row.steps.count() + 1, count))
+    journal.append(note_steps(row.steps.count() + 1, count))
 
 
 @database_sync_to_async
 def task_with_steps(user, agent, count=3):
     journal = claimed(user, agent, "hello")
-    journal.append(notes(1, count))
+    journal.append(note_steps(1, count))
     return Task.objects.get(pk=journal.task_id)
 
 
@@ -190,3 +182,99 @@ async def test_a_poke_for_a_task_purged_after_connect_closes_like_a_refused_task
     closed = await comm.receive_output(timeout=5)
     assert closed == {"type": "websocket.close", "code": 4403}
     await comm.disconnect()
+
+
+@database_sync_to_async
+def token_of(user):
+    return token_issue(user=user, name="socket")
+
+
+def bearer_task_socket(
+    task_id: str, subprotocols: list[str], user=None, app=None
+) -> WebsocketCommunicator:
+    """``/ws/tasks/<task_id>/`` offering ``subprotocols``, with no Origin header
+    (as programs connect); ``user`` is what a cookie would have made the scope's."""
+    comm = WebsocketCommunicator(
+        app or TaskConsumer.as_asgi(),
+        f"/ws/tasks/{task_id}/",
+        subprotocols=subprotocols,
+    )
+    if app is None:
+        comm.scope["user"] = user or AnonymousUser()
+        comm.scope["url_route"] = {"kwargs": {"task_id": task_id}}
+    return comm
+
+
+async def test_a_bearer_subprotocol_opens_the_task_socket_and_is_echoed(alice, demo):
+    task = await task_with_steps(alice, demo.agent)
+    _, key = await token_of(alice)
+    comm = bearer_task_socket(str(task.pk), ["bearer", key])
+
+    connected, subprotocol = await comm.connect()
+    assert connected and subprotocol == "bearer"
+    await comm.send_json_to({"type": "resume", "after": 0})
+    seen = [await comm.receive_json_from(timeout=5) for _ in range(4)]
+    assert [m["type"] for m in seen] == ["step", "step", "step", "task"]
+    await comm.disconnect()
+
+
+async def test_a_bad_missing_or_foreign_token_is_refused_whatever_the_cookie(
+    alice, bob, demo
+):
+    task = await task_with_steps(alice, demo.agent)
+    _, bobs = await token_of(bob)
+    revoked, revoked_key = await token_of(alice)
+    await database_sync_to_async(token_revoke)(token=revoked)
+    for offered in (
+        ["bearer", "reach_not-a-token"],
+        ["bearer"],
+        ["bearer", revoked_key],
+        # The token decides, not the session: bob's token with alice's cookie.
+        ["bearer", bobs],
+    ):
+        comm = bearer_task_socket(str(task.pk), offered, user=alice)
+        connected, code = await comm.connect()
+        assert not connected and code == 4403, offered
+
+
+async def test_through_the_asgi_stack_a_token_needs_no_origin_and_a_cookie_does(
+    alice, demo
+):
+    task = await task_with_steps(alice, demo.agent)
+    _, key = await token_of(alice)
+
+    comm = bearer_task_socket(str(task.pk), ["bearer", key], app=application)
+    assert await comm.connect() == (True, "bearer")
+    await comm.disconnect()
+    # Without a token the Origin check runs before routing: no Origin, refused.
+    plain = WebsocketCommunicator(application, f"/ws/tasks/{task.pk}/")
+    connected, _ = await plain.connect()
+    assert not connected
+
+
+async def test_the_approval_queue_takes_an_approvers_token_only(alice, operator, demo):
+    for user, allowed in [(operator, True), (alice, False)]:
+        _, key = await token_of(user)
+        comm = WebsocketCommunicator(
+            ApprovalsConsumer.as_asgi(), "/ws/approvals/", subprotocols=["bearer", key]
+        )
+        comm.scope["user"] = AnonymousUser()
+        connected, subprotocol = await comm.connect()
+        assert connected is allowed
+        if connected:
+            assert subprotocol == "bearer"
+            await comm.disconnect()
+
+
+async def test_revoking_the_token_closes_its_sockets_but_not_the_sessions(alice, demo):
+    task = await task_with_steps(alice, demo.agent)
+    token, key = await token_of(alice)
+    by_token = bearer_task_socket(str(task.pk), ["bearer", key])
+    by_session = task_socket(alice, str(task.pk), origin=ORIGIN)
+    assert (await by_token.connect())[0] and (await by_session.connect())[0]
+
+    await database_sync_to_async(token_revoke)(token=token)
+    closed = await by_token.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 4401}
+    assert await by_session.receive_nothing(timeout=0.5)
+    await by_session.disconnect()

@@ -128,4 +128,5 @@ def test_an_untrusted_result_taints_the_task_through_the_fast_update(alice, demo
     journal.update(
         step.copy(status=StepStatus.SUCCEEDED, result=[], detail={"untrusted": True})
     )
-    assert Task.objects.get(pk=journal.task_id).tainted_by == ["calculate#2"]
+    label = f"calculate#2@{str(journal.task_id)[:8]}"
+    assert Task.objects.get(pk=journal.task_id).tainted_by == [label]

@@ -18,6 +18,7 @@ from tests.support.ports import free_port
 from tests.support.replies import Reply, Script, text, tool_call
 from tests.support.runs import ask, claimed, start
 from tests.support.scripted_model import RedisScript, tool_messages
+from traces.export import inherited_taint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -223,8 +224,9 @@ def test_reading_untrusted_notes_makes_a_later_write_wait_for_approval(
     )
     assert task.status == "waiting_approval"
     assert ticket_step.status == "waiting_approval"
-    assert ticket_step.tainted_by == ["search_notes#2"]
-    assert task.approvals.get().tainted_by == ["search_notes#2"]
+    label = f"search_notes#2@{str(task.pk)[:8]}"
+    assert ticket_step.tainted_by == [label]
+    assert task.approvals.get().tainted_by == [label]
     assert Ticket.objects.count() == 0
 
 
@@ -256,3 +258,31 @@ def test_steps_api_returns_changes_after_a_rev(alice, demo, model, api_client_fo
         "finished_at", "duration_ms",
     } <= set(step)  # fmt: skip
     assert json.loads(step["raw_arguments"]) == {"keyword": "Redis"}
+
+
+def test_two_tasks_reading_notes_at_the_same_step_are_two_taint_sources(
+    alice, demo, model
+):
+    model(
+        Script(
+            [
+                tool_call("search_notes", {"keyword": "Redis"}),
+                text("first"),
+                tool_call("search_notes", {"keyword": "日志"}),
+                text("second"),
+            ]
+        )
+    )
+    first = ask(alice, demo.agent, "read the Redis note")
+    second = ask(alice, demo.agent, "and the log note", conversation=first.conversation)
+    one, two = (f"search_notes#2@{str(t.pk)[:8]}" for t in (first, second))
+    assert first.tainted_by == [one]
+    # The earlier task's source is inherited, recorded as such when it started,
+    # and the task's own step at the same seq is a second, distinct source.
+    assert second.inherited_taint == [one]
+    assert second.tainted_by == [one, two]
+    # Recorded fact: deleting the earlier task changes nothing of what the
+    # second one inherited (its trace says the same after the purge).
+    first.delete()
+    second.refresh_from_db()
+    assert inherited_taint(second) == [one]

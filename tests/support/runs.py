@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
+from engine.spec import StepKind, StepRecord, StepStatus
 from runs import services as runs
 from runs.models import Task
 from tests.support.cast import PASSWORD
@@ -44,6 +45,19 @@ def claimed(
     epoch = runs.task_claim(task_id=task.pk, owner=owner)
     assert epoch is not None
     return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner=owner, epoch=epoch)
+
+
+def note_steps(first: int, count: int) -> list[StepRecord]:
+    """``count`` note steps from seq ``first`` on, saying ``note <seq - 1>``."""
+    return [
+        StepRecord(
+            seq=seq,
+            kind=StepKind.NOTE,
+            status=StepStatus.SUCCEEDED,
+            detail={"text": f"note {seq - 1}"},
+        )
+        for seq in range(first, first + count)
+    ]
 
 
 class Waiting(NamedTuple):

@@ -100,10 +100,12 @@ def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
     child = Task.objects.get(pk=response.json()["task"])
     step = child.steps.get(seq=4)
     assert step.status == "waiting_approval"
-    assert step.tainted_by == ["search_notes#2"]
+    # The source is the parent's step the fork copied: named with the parent.
+    label = f"search_notes#2@{str(parent.pk)[:8]}"
+    assert step.tainted_by == [label]
     approval = child.approvals.get()
     assert approval.arguments == {"title": "Cache v2", "body": "Again."}
-    assert "search_notes#2" in child.tainted_by
+    assert label in child.tainted_by
     child = advance(child)
     assert child.status == "waiting_approval"
     assert Ticket.objects.count() == 1
