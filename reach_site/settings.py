@@ -84,6 +84,8 @@ INSTALLED_APPS = [
     "channels",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI's and Redoc's assets from PyPI, served by WhiteNoise: no CDN.
+    "drf_spectacular_sidecar",
     "reach_site",
     "agents",  # migration history only (agents/apps.py)
     "audit",
@@ -309,6 +311,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Conversations, tasks, steps, tools, approvals and traces.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # Per process: nothing that several processes must share may use it (the API
@@ -348,6 +353,22 @@ REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
 # Traces: how long finished runs are kept (0 keeps them for ever).
 REACH_TRACE_RETENTION_DAYS = env_int("REACH_TRACE_RETENTION_DAYS", 0)
+# OpenTelemetry (traces/otel.py): every finished run goes to an OTLP/HTTP collector
+# when an endpoint is set. The SDK reads the other OTEL_* variables itself
+# (headers, timeout, compression, service name, resource attributes, sampler,
+# batching); these two only say whether to export and whether content goes along.
+REACH_OTEL_ENABLED = (
+    bool(
+        env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    and not env_bool("OTEL_SDK_DISABLED", False)
+    and env_str("OTEL_TRACES_EXPORTER", "otlp").lower() != "none"
+)
+# Messages, tool arguments and results (redacted) only when asked for.
+REACH_OTEL_CAPTURE_CONTENT = env_bool(
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", False
+)
 # HTTP tools (registry/adapters/http.py, registry/adapters/ssrf.py).
 # Hostnames (or IP networks) of internal services: calls to them stay "inside the
 # house" (no approval just for taint), and these names may resolve to private

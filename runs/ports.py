@@ -8,6 +8,9 @@ place ``runs`` reaches up, and it does so through these typed slots.
 
 Approvals mails approvers through the effects outbox; the two apps are siblings
 that may not import each other, so ``effects`` plugs its mail queue in here too.
+
+A finished task is announced to whoever listens (``traces`` exports it over
+OpenTelemetry); unlike the two slots above, no listener at all is fine.
 """
 
 from __future__ import annotations
@@ -77,3 +80,24 @@ def mail() -> MailPort:
             "No mail outbox is plugged in: add 'effects' to INSTALLED_APPS."
         )
     return _mail
+
+
+class TaskFinished(Protocol):
+    def __call__(self, *, task: Task) -> None:
+        """``task`` reached its final status inside the caller's transaction: defer
+        anything slow, or anything that must see the commit, to ``on_commit``."""
+
+
+_task_finished: list[TaskFinished] = []
+
+
+def plug_task_finished(listener: TaskFinished) -> None:
+    # AppConfig.ready can run twice (tests, management commands): plug once.
+    if listener not in _task_finished:
+        _task_finished.append(listener)
+
+
+def task_finished(*, task: Task) -> None:
+    """Tell every plugged listener that ``task`` is final."""
+    for listener in tuple(_task_finished):
+        listener(task=task)

@@ -268,6 +268,7 @@ def _finish_task(
         data={"status": task.status, "stop_reason": task.stop_reason},
     )
     counters.count_task_finished_on_commit(task)
+    ports.task_finished(task=task)
 
 
 def _reason_text(reason: StopReason) -> str:
