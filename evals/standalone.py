@@ -93,9 +93,12 @@ def main(argv: list[str]) -> int:
                 return 2
         print(f"==> up in {time.monotonic() - started:.1f} s")
         first_answer(manage, env)
+        # The built-in model answers one request at a time: more at once only
+        # queue behind it until they time out.
+        concurrency = [] if env.get("OPENAI_BASE_URL") else ["--concurrency", "1"]
         for spec in suites:
             name, _, runs = spec.partition(":")
-            command = [*manage, "eval", name, "--as", "admin", *extra]
+            command = [*manage, "eval", name, "--as", "admin", *concurrency, *extra]
             if runs:
                 command += ["--runs", runs]
             print(f"==> {' '.join(command[1:])}")
