@@ -51,9 +51,7 @@ def loads_strict(text: str) -> Any:
         )
     except RecursionError:
         # The decoder gives up near the stack's limit: a value nested too deeply.
-        raise ValueError(
-            f"it nests more than {MAX_JSON_DEPTH} levels deep"
-        ) from None
+        raise ValueError(f"it nests more than {MAX_JSON_DEPTH} levels deep") from None
 
 
 def text_problem(text: str) -> str | None:

@@ -67,7 +67,7 @@ def start_report(user: Any, data: Any) -> EvalReport:
 class EvalList(APIView):
     """``GET`` the reports, newest first; ``POST`` starts one (201)."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(responses={200: {"type": "array", "items": {"type": "object"}}})
     def get(self, request: Request) -> Response:
         if not services.can_run_evals(request.user):
             raise PermissionDenied("Only operators read evaluations.")

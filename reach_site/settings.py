@@ -95,6 +95,7 @@ INSTALLED_APPS = [
     "approvals",
     "traces",
     "evals",
+    "gateway",
 ]
 
 MIDDLEWARE = [

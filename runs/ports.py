@@ -11,6 +11,10 @@ that may not import each other, so ``effects`` plugs its mail queue in here too.
 
 A finished task is announced to whoever listens (``traces`` exports it over
 OpenTelemetry); unlike the two slots above, no listener at all is fine.
+
+A run whose model is not the configured endpoint (the MCP gateway's one-call
+runs, answered by a deterministic client) gets its client from a plugged
+provider; with none plugged every run talks to the endpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
+from engine.model_client import ModelClient
+from engine.spec import AgentSnapshot
 from runs.models import Step, Task
 
 
@@ -101,3 +107,27 @@ def task_finished(*, task: Task) -> None:
     """Tell every plugged listener that ``task`` is final."""
     for listener in tuple(_task_finished):
         listener(task=task)
+
+
+class ModelFor(Protocol):
+    def __call__(self, *, snapshot: AgentSnapshot) -> ModelClient | None:
+        """The model client of a run recorded with ``snapshot``, or None when this
+        provider does not answer for it (the configured endpoint does)."""
+
+
+_model_providers: list[ModelFor] = []
+
+
+def plug_model(provider: ModelFor) -> None:
+    """Let a higher app answer some runs' model calls itself (the MCP gateway's
+    deterministic one-call runs), so its runs go through the same engine."""
+    if provider not in _model_providers:
+        _model_providers.append(provider)
+
+
+def model_for(*, snapshot: AgentSnapshot) -> ModelClient | None:
+    for provider in tuple(_model_providers):
+        client = provider(snapshot=snapshot)
+        if client is not None:
+            return client
+    return None

@@ -913,14 +913,17 @@ def build_engine(task: Task) -> Engine:
     if (case := EvalCase.from_json(task.eval_case)) is not None:
         # An evaluation changes nothing: writes answer with the case's stand-ins.
         toolbox = eval_toolbox(toolbox, case)
-    client: ModelClient
-    try:
-        client = runtime.model_client()
-    except ModelError as exc:
-        # No endpoint configured (or none that parses): the run still goes
-        # through its loop and ends as a model_error with the reason, like a run
-        # whose endpoint is down, not as an internal error before its first step.
-        client = UnavailableModel(exc)
+    # A plugged provider answers some runs itself (the MCP gateway's one-call runs).
+    client: ModelClient | None = ports.model_for(snapshot=snapshot)
+    if client is None:
+        try:
+            client = runtime.model_client()
+        except ModelError as exc:
+            # No endpoint configured (or none that parses): the run still goes
+            # through its loop and ends as a model_error with the reason, like a
+            # run whose endpoint is down, not as an internal error before its
+            # first step.
+            client = UnavailableModel(exc)
     return Engine(
         model_client=client,
         toolbox=toolbox,

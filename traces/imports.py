@@ -212,12 +212,16 @@ def _response_errors(where: str, response: Mapping[str, Any]) -> list[str]:
         return [*errors, f"{where}.tool_calls must be a list."]
     for index, call in enumerate(calls):
         function = call.get("function") if isinstance(call, Mapping) else None
-        if not isinstance(call, Mapping) or not isinstance(
-            function or {}, Mapping
-        ):
+        if not isinstance(call, Mapping) or not isinstance(function or {}, Mapping):
             errors.append(
                 f"{where}.tool_calls[{index}] must be an object with a "
                 '"function" object.'
+            )
+            continue
+        named = (call.get("id"), (function or {}).get("name"))
+        if any(value is not None and not isinstance(value, str) for value in named):
+            errors.append(
+                f"{where}.tool_calls[{index}]: its id and function name are text."
             )
     return errors
 
@@ -420,7 +424,8 @@ def trace_import(*, document: Any, user: Any) -> Task:
                 step_count=len(steps_doc),
                 rev=len(steps_doc),
                 tainted_by=list(source.get("tainted_by") or []),
-                # Read as any snapshot is: unknown limits dropped, missing ones defaulted.
+                # Read as any snapshot is: unknown limits dropped, missing ones
+                # defaulted.
                 agent_snapshot=AgentSnapshot.from_json(
                     {
                         "name": agent_doc.get("name") or agent.name,
