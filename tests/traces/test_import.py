@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from runs import services as runs
 from runs.models import Step, Task
+from tests.fuzz.samples import trace
 from tests.support.cast import EDITED_EMAIL, EMAIL
 from tests.support.clients import fork, import_trace, logged_in, trace_of
 from tests.support.replies import Script, text, tool_call
@@ -177,44 +178,8 @@ def test_only_auditors_import(alice, api_client_for):
 def test_a_document_from_another_implementation_without_extensions_imports(
     operator, demo, api_client_for
 ):
-    document = {
-        "format": "reach.trace/v1",
-        "task": {
-            "id": "t-1",
-            "conversation": "c-1",
-            "agent": "assistant",
-            "model": "m",
-            "status": "succeeded",
-            "stop_reason": "final_answer",
-            "final_answer": "2",
-            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-            "steps": 3,
-            "parent": None,
-            "created_at": "2026-01-02T03:04:05+00:00",
-            "finished_at": "2026-01-02T03:04:06+00:00",
-        },
-        "conversation": {
-            "id": "c-1",
-            "messages": [{"role": "user", "content": "1 + 1?", "task": "t-1"}],
-        },
-        "agent": {"name": "elsewhere", "model": "m", "instructions": "", "tools": []},
-        "steps": [
-            {"seq": 1, "kind": "model_call", "status": "succeeded", "model": "m",
-             "response": {"role": "assistant", "content": None, "tool_calls": [
-                 {"id": "c1", "type": "function",
-                  "function": {"name": "calculate",
-                               "arguments": "{\"expression\": \"1+1\"}"}}
-             ]}},
-            {"seq": 2, "kind": "tool_call", "status": "succeeded", "tool": "calculate",
-             "arguments": {"expression": "1+1"}, "result": {"result": 2},
-             "idempotency_key": "t-1:1:0"},
-            {"seq": 3, "kind": "model_call", "status": "succeeded",
-             "response": {"role": "assistant", "content": "2"}},
-        ],
-        "approvals": [],
-        "audit": [],
-        "origin": None,
-    }  # fmt: skip
+    # A finished run as another implementation exports it (no extensions).
+    document = trace()
 
     response = import_trace(api_client_for(operator), document)
 
