@@ -231,5 +231,5 @@ def wait_bound_s(*, task_id: Any) -> float:
 
 def max_wait_s() -> float | None:
     """An operator's cap on any wait (``REACH_MCP_MAX_WAIT_S``); None: the TTL."""
-    value = getattr(settings, "REACH_MCP_MAX_WAIT_S", None)
-    return float(value) if value else None
+    value = float(settings.REACH_MCP_MAX_WAIT_S)
+    return value if value > 0 else None

@@ -350,6 +350,10 @@ REACH_METRICS_ALLOWED_ADDRESSES = env_list(
 )
 
 # Approvals: email approvers about new requests (off by default).
+# The MCP gateway: the longest an MCP call waits for its run or its approval
+# (0: until the run's time budget or the approval's TTL).
+REACH_MCP_MAX_WAIT_S = env_float("REACH_MCP_MAX_WAIT_S", 0.0)
+
 REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
 # Traces: how long finished runs are kept (0 keeps them for ever).
