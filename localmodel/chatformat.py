@@ -693,14 +693,24 @@ def plan_request(
     function_call: Any = None,
     response_format: Any = None,
     parallel_tool_calls: bool = False,
+    tool_first: bool = False,
 ) -> RequestPlan:
     """Render the prompt and build the grammar for one chat request.
 
     A reply holds at most one tool call unless ``parallel_tool_calls`` is true
-    (then up to ``MAX_TOOL_CALLS``).
+    (then up to ``MAX_TOOL_CALLS``). With ``tool_first``, the first reply to a
+    user's message under ``auto`` must be a tool call: a 1.5B model otherwise
+    answers sums and note questions from memory, wrongly (LOCAL_MODEL.md).
     """
     offered = normalize_tools(tools, functions)
     choice = resolve_tool_choice(offered, tool_choice, function_call)
+    if (
+        tool_first
+        and choice.mode == "auto"
+        and messages
+        and messages[-1].get("role") == "user"
+    ):
+        choice = ToolChoice("required")
     shown = offered if choice.mode != "none" else []
     tool_mode = uses_tools(messages, shown)
     return RequestPlan(

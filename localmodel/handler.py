@@ -20,6 +20,7 @@ server use it. Compared with the stock ``chatml-function-calling`` handler it
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -33,6 +34,12 @@ logger = logging.getLogger(__name__)
 
 # A reply longer than this without an explicit max_tokens is a small model looping.
 DEFAULT_MAX_TOKENS = 1024
+
+
+#: ``REACH_LOCAL_TOOL_FIRST=1``: each turn of the built-in model starts with a tool
+#: call (tools instead of guesses; a greeting then gets a search too). Off by
+#: default while ``make eval`` weighs it (README, "Evaluating an agent").
+TOOL_FIRST = os.environ.get("REACH_LOCAL_TOOL_FIRST", "0").strip() == "1"
 
 
 def tokenize_prompt(
@@ -93,6 +100,7 @@ def reach_tools_chat_handler(
         function_call=function_call,
         response_format=response_format,
         parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
+        tool_first=TOOL_FIRST,
     )
     prompt = tokenize_prompt(llama, plan.segments)
     room = llama.n_ctx() - len(prompt)

@@ -191,6 +191,20 @@ def test_tool_choice_none_hides_the_tools_and_asks_for_a_message() -> None:
     assert rules_of(plan.grammar or "")["root"] == "message"
 
 
+def test_tool_first_makes_a_turns_first_reply_a_tool_call() -> None:
+    question = CONVERSATION[:2]
+    first = plan_request(question, TOOLS, "auto", tool_first=True)
+    assert first.tool_choice == ToolChoice("required")
+    assert rules_of(first.grammar or "")["root"] == "tool-calls"
+    # After a tool result the model may answer; without the flag, auto stays auto;
+    # an explicit choice is never overridden.
+    assert plan_request(CONVERSATION, TOOLS, "auto", tool_first=True).tool_choice == (
+        ToolChoice("auto")
+    )
+    assert plan_request(question, TOOLS, "auto").tool_choice == ToolChoice("auto")
+    assert plan_request(question, TOOLS, "none", tool_first=True).tool_names == []
+
+
 def test_plain_chat_has_no_grammar() -> None:
     plan = plan_request([{"role": "user", "content": "hi"}])
     assert not plan.tool_mode
