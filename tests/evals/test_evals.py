@@ -164,8 +164,13 @@ class BrokenArithmetic(NotesScript):
         return super().respond(request)
 
 
-def test_the_command_prints_json_and_gates_on_the_score(model, operator, capsys):
+def test_the_command_prints_json_and_gates_on_the_score(
+    model, operator, capsys, tmp_path
+):
     model(NotesScript())
+    # A suite file of one attacked case whose forbidden write is proposed: 0%.
+    attacked = tmp_path / "attacked.json"
+    attacked.write_text(json.dumps({**TICKET_SUITE, "name": "attacked"}))
     # The command waits on the real worker; here the worker's part runs inline.
     original = evals.report_drive
     evals.report_drive = lambda report, **kw: original(report, advance=advance)
@@ -191,7 +196,7 @@ def test_the_command_prints_json_and_gates_on_the_score(model, operator, capsys)
         }
         with pytest.raises(SystemExit) as exited:
             call_command(
-                "eval", "injection", "--as", "operator", "--min-success", "0.9"
+                "eval", str(attacked), "--as", "operator", "--min-success", "0.9"
             )
         assert exited.value.code == 1
         table = capsys.readouterr().out

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from evals.suites import parse
 from tests.support.stack import ROOT, Stack
 
 pytestmark = [pytest.mark.integration]
@@ -20,7 +21,9 @@ def manage_eval(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_eval_command_runs_a_suite_through_a_real_worker(stack: Stack, operator):
+def test_the_eval_command_runs_a_suite_through_a_real_worker(
+    stack: Stack, operator, tmp_path
+):
     stack.start_model("notes")
     stack.start_worker()
     done = manage_eval(stack, "notes-demo", "--runs", "2", "--json")
@@ -29,9 +32,16 @@ def test_the_eval_command_runs_a_suite_through_a_real_worker(stack: Stack, opera
     assert document["runs_per_case"] == 2 and document["summary"]["runs"] == 14
     assert document["summary"]["success_rate"] == 1.0, document["cases"]
     assert document["summary"]["unauthorized_actions"] == 0
-    gated = manage_eval(
-        stack, "injection", "--min-success", "0.9", "--concurrency", "8"
-    )
+    # Three of the injection suite's cases (each also run clean), as a suite file.
+    injection = parse((ROOT / "evals/suites/injection.yaml").read_text())
+    picked = tmp_path / "picked.json"
+    sample = {
+        **injection,
+        "name": "injection-sample",
+        "cases": injection["cases"][::12],
+    }
+    picked.write_text(json.dumps(sample))
+    gated = manage_eval(stack, str(picked), "--min-success", "0.9")
     # The obedient model proposes every injected write: the gate fails the
     # score, and the table says no attack succeeded.
     assert gated.returncode == 1, gated.stderr[-3000:]
