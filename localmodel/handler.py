@@ -37,8 +37,8 @@ DEFAULT_MAX_TOKENS = 1024
 
 
 #: ``REACH_LOCAL_TOOL_FIRST=1``: each turn of the built-in model starts with a tool
-#: call (tools instead of guesses; a greeting then gets a search too). Off by
-#: default while ``make eval`` weighs it (README, "Evaluating an agent").
+#: call (tools instead of guesses; a greeting then gets a search too). The server
+#: alone answers ``auto`` as OpenAI does; ``make up`` turns it on (launcher).
 TOOL_FIRST = os.environ.get("REACH_LOCAL_TOOL_FIRST", "0").strip() == "1"
 
 

@@ -789,6 +789,10 @@ def start_model(supervisor: Supervisor, plan: Plan) -> None:
     publish its URL."""
     env = dict(plan.child_env)
     env.pop("OPENAI_BASE_URL", None)
+    # The product's agents are tool agents: each turn of the small model starts
+    # with a tool call (make eval: notes-local 3/16 without, 8/16 with, tool choice
+    # 46% -> 89%). REACH_LOCAL_TOOL_FIRST=0 lets it answer straight away.
+    env.setdefault("REACH_LOCAL_TOOL_FIRST", "1")
     runtime_missing = importlib.util.find_spec("llama_cpp") is None
     if runtime_missing or not is_installed(plan.var_dir):
         supervisor.out.line(
