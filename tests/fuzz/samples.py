@@ -48,6 +48,24 @@ TRACE: dict[str, Any] = {
 }  # fmt: skip
 
 
+#: An HTTP tool definition as an admin registers it (the fuzz suites mutate it).
+HTTP_TOOL: dict[str, Any] = {
+    "name": "fetch_weather",
+    "description": "The weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+    "kind": "http",
+    "http": {
+        "method": "GET",
+        "url": "https://weather.example.com/{city}",
+        "allowed_hosts": ["weather.example.com"],
+    },
+}
+
+
 def trace() -> dict[str, Any]:
     """A fresh copy of :data:`TRACE`, to change."""
     return copy.deepcopy(TRACE)

@@ -17,7 +17,7 @@ from django.apps import apps
 
 from approvals.models import ApprovalRequest
 from registry.models import Tool
-from tests.fuzz.samples import MALFORMED, nested, trace
+from tests.fuzz.samples import HTTP_TOOL, MALFORMED, nested, trace
 from tests.support.cast import EMAIL
 from tests.support.clients import bearer_client, decision_url
 from tests.support.replies import Script, text, tool_call
@@ -288,21 +288,7 @@ def test_malformed_tool_definitions_are_refused_with_field_errors(
     admin_user: Any, demo: Any, small_bodies: int
 ) -> None:
     client = bearer_client(admin_user)
-    base = {
-        "name": "fetch_weather",
-        "description": "The weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-        "kind": "http",
-        "http": {
-            "method": "GET",
-            "url": "https://weather.example.com/{city}",
-            "allowed_hosts": ["weather.example.com"],
-        },
-    }
+    base = HTTP_TOOL
 
     deep = json.loads(nested(100))
     parens = "(" * 500 + "1" + ")" * 500

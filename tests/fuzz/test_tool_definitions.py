@@ -18,26 +18,13 @@ from hypothesis import strategies as st
 from audit.models import AuditEvent
 from registry.models import Tool, ToolVersion
 from registry.payloads import TOOL_FIELDS
+from tests.fuzz.samples import HTTP_TOOL
 from tests.fuzz.strategies import fuzz_settings, json_values
 from tests.support.clients import bearer_client
 
 pytestmark = pytest.mark.django_db
 
-BASE: dict[str, Any] = {
-    "name": "fetch_weather",
-    "description": "The weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-    "kind": "http",
-    "http": {
-        "method": "GET",
-        "url": "https://weather.example.com/{city}",
-        "allowed_hosts": ["weather.example.com"],
-    },
-}
+BASE = HTTP_TOOL
 FIELDS = sorted({*TOOL_FIELDS, "http", "handler", "mcp"})
 
 plausible = st.one_of(
