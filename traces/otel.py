@@ -276,6 +276,29 @@ def _times(step: Step) -> tuple[dt.datetime, dt.datetime] | None:
     return start, max(start, end)
 
 
+def _step_span(
+    task: Task,
+    step: Step,
+    root: PlannedSpan,
+    name: str,
+    kind: SpanKind,
+    times: tuple[dt.datetime, dt.datetime],
+    attributes: dict[str, AttributeValue],
+    error: str | None,
+) -> PlannedSpan:
+    """A step's span: a child of the run's, its id derived from the step."""
+    return PlannedSpan(
+        name=name,
+        kind=kind,
+        span_id=span_id_for(task, f"step:{step.seq}"),
+        parent_id=root.span_id,
+        start=times[0],
+        end=times[1],
+        attributes=attributes,
+        error_type=error,
+    )
+
+
 def _chat_span(
     task: Task, step: Step, root: PlannedSpan, content: bool
 ) -> PlannedSpan | None:
@@ -312,15 +335,15 @@ def _chat_span(
     error = None
     if step.status == StepStatus.FAILED:
         error = step.error_class or StepStatus.FAILED.value
-    return PlannedSpan(
-        name=f"{Operation.CHAT} {task.model}",
-        kind=SpanKind.CLIENT,
-        span_id=span_id_for(task, f"step:{step.seq}"),
-        parent_id=root.span_id,
-        start=times[0],
-        end=times[1],
-        attributes=attributes,
-        error_type=error,
+    return _step_span(
+        task,
+        step,
+        root,
+        f"{Operation.CHAT} {task.model}",
+        SpanKind.CLIENT,
+        times,
+        attributes,
+        error,
     )
 
 
@@ -389,15 +412,15 @@ def _tool_span(
     elif step.status in _TOOL_FAILURES:
         # Refused by policy or a human, or never decided: the refusal is the class.
         error = step.status
-    return PlannedSpan(
-        name=f"{Operation.EXECUTE_TOOL} {tool}",
-        kind=SpanKind.INTERNAL,
-        span_id=span_id_for(task, f"step:{step.seq}"),
-        parent_id=root.span_id,
-        start=times[0],
-        end=times[1],
-        attributes=attributes,
-        error_type=error,
+    return _step_span(
+        task,
+        step,
+        root,
+        f"{Operation.EXECUTE_TOOL} {tool}",
+        SpanKind.INTERNAL,
+        times,
+        attributes,
+        error,
     )
 
 
