@@ -30,6 +30,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from infra.runtime import redis_client
 from runs.counters import Counter, Totals, read_totals, recent_latencies
+from runs.counters import flush as flush_counters
 from runs.models import Task
 from traces.stats import percentile
 
@@ -193,6 +194,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
     lines.append(_line("reach_queue_depth", queued))
     try:
         broker = redis_client().llen("reach")
+        # What this process counted and has not sent yet (its own runs, in tests
+        # and in a single-process setup) is in the totals it serves.
+        flush_counters()
         counters = _counters(read_totals())
     except redis.RedisError:
         # A scrape never fails on Redis: the counters are left out (absent, not

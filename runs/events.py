@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from django.db import transaction
@@ -41,11 +42,41 @@ def task_changed_on_commit(task_id: Any) -> None:
 
     The poke carries nothing: each websocket consumer sends its client every step
     changed since what it last sent (by ``rev``), then the task, from the
-    database. So a run pays nothing for events nobody watches, and a watcher can
-    neither miss a change nor see the task finish before its last steps.
+    database. Writers other than the run's driver (decisions, cancels, expiry,
+    forks) poke; the driver pushes what it wrote (:func:`changes_on_commit`).
     """
     group = task_group(task_id)
-    transaction.on_commit(lambda: push(group, {"type": "reach.changed"}))
+    transaction.on_commit(lambda: push(group, POKE))
+
+
+#: The message of a change whose content the watchers read from the database.
+POKE = {"type": "reach.changed"}
+
+
+def changes_on_commit(
+    task: Any, steps: Sequence[Any], *, base: int, with_task: bool = False
+) -> None:
+    """After commit, push what one write of the run's driver changed.
+
+    ``steps`` are the Step rows as written and ``task`` the task as it stands
+    after the write (``task.rev`` current); ``base`` is the task's rev before the
+    write, so the message covers every change in ``(base, task.rev]``: the steps'
+    revs, and the task's own when ``with_task`` sends its event (a write that
+    changed nothing but the task's rev sends it too). The events are built here,
+    once per change, instead of by every watching consumer reading them back; a
+    watcher that is not at ``base`` (it missed a message) reads from the
+    database as after a poke.
+    """
+    events = [step_event(step) for step in steps]
+    message = {
+        "type": "reach.changed",
+        "base": base,
+        "rev": task.rev,
+        "steps": events,
+        "task": task_event(task) if with_task or not events else None,
+    }
+    group = task_group(task.pk)
+    transaction.on_commit(lambda: push(group, message))
 
 
 #: The columns task_payload reads (runs/payloads.py).

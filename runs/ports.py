@@ -12,6 +12,9 @@ that may not import each other, so ``effects`` plugs its mail queue in here too.
 A finished task is announced to whoever listens (``traces`` exports it over
 OpenTelemetry); unlike the two slots above, no listener at all is fine.
 
+A run may start with what is remembered for its user (``memory`` plugs in the
+note that carries it); with nothing plugged a run starts with its message alone.
+
 A run whose model is not the configured endpoint (the MCP gateway's one-call
 runs, answered by a deterministic client) gets its client from a plugged
 provider; with none plugged every run talks to the endpoint.
@@ -25,7 +28,7 @@ from typing import Protocol
 from django.core.exceptions import ImproperlyConfigured
 
 from engine.model_client import ModelClient
-from engine.spec import AgentSnapshot
+from engine.spec import AgentSnapshot, StepRecord
 from runs.models import Step, Task
 
 
@@ -131,3 +134,23 @@ def model_for(*, snapshot: AgentSnapshot) -> ModelClient | None:
         if client is not None:
             return client
     return None
+
+
+class MemoryFor(Protocol):
+    def __call__(self, *, task: Task) -> StepRecord | None:
+        """The note that gives a new ``task``'s model what is remembered for it
+        (seq 1, a delimited data block; the taint sources of what it carries in
+        ``tainted_by``), or None when the run gets none."""
+
+
+_memory: MemoryFor | None = None
+
+
+def plug_memory(provider: MemoryFor) -> None:
+    """Let the memory app give each new run what is remembered for it."""
+    global _memory
+    _memory = provider
+
+
+def memory_for(*, task: Task) -> StepRecord | None:
+    return _memory(task=task) if _memory is not None else None

@@ -171,6 +171,13 @@ def task_start(
             task=task,
             created_at=now,
         )
+        if parent is None and (memory := ports.memory_for(task=task)) is not None:
+            # What is remembered goes first, as a step; a tainted item taints the
+            # run from its start (as taint inherited from earlier turns does).
+            task.tainted_by = list(dict.fromkeys([*taint, *memory.tainted_by]))
+            task.inherited_taint = list(task.tainted_by)
+            task.save(update_fields=["tainted_by", "inherited_taint"])
+            steps_insert(task=task, records=[memory])
         updates: dict[str, Any] = {"updated_at": now}
         if not conversation.title:
             updates["title"] = content[:80]
@@ -422,10 +429,7 @@ def steps_insert(
             usage[1] += record.usage.get("completion_tokens", 0)
             usage[2] += record.usage.get("total_tokens", 0)
     now = timezone.now()
-    last = _bump(
-        task.pk, lease, now, count=len(records), usage=usage, steps=len(records)
-    )
-    task.rev, task.updated_at = last, now
+    last = _bump(task, lease, now, count=len(records), usage=usage, steps=len(records))
     first = last - len(records) + 1
     rows = []
     for offset, record in enumerate(records):
@@ -440,7 +444,17 @@ def steps_insert(
     for row in rows:
         if row.status == StepStatus.WAITING_APPROVAL:
             ports.approvals().open(task=task, step=row)
-    notify.task_changed_on_commit(task.pk)
+    if lease is None:
+        notify.task_changed_on_commit(task.pk)
+    else:
+        # The run's driver: its task's counters are current (the bump returned
+        # them), so the write pushes itself; a model call changed the usage.
+        notify.changes_on_commit(
+            task,
+            rows,
+            base=first - 1,
+            with_task=any(r.kind == StepKind.MODEL_CALL for r in records),
+        )
     counters.count_steps_on_commit(task, rows)
     return rows
 
@@ -467,12 +481,14 @@ def step_transition(
     for name, value in changes.items():
         setattr(step, name, value)
     now = timezone.now()
-    task.rev = step.rev = _bump(task.pk, lease, now)
-    task.updated_at = now
+    step.rev = _bump(task, lease, now)
     with connection.cursor() as cursor:
         sql, params = _step_update_sql(step)
         cursor.execute(sql, params)
-    notify.task_changed_on_commit(task.pk)
+    if lease is None:
+        notify.task_changed_on_commit(task.pk)
+    else:
+        notify.changes_on_commit(task, [step], base=step.rev - 1)
     counters.count_steps_on_commit(task, [step])
     return step
 
@@ -485,7 +501,7 @@ def _require_transaction(name: str) -> None:
 
 
 def _bump(
-    pk: Any,
+    task: Task,
     lease: Lease | None,
     now: Any,
     *,
@@ -494,26 +510,33 @@ def _bump(
     steps: int = 0,
 ) -> int:
     """Bump the task's rev by ``count`` (and its token and step counters) and set
-    its ``updated_at`` to ``now``; return the new rev.
+    its ``updated_at`` to ``now``, in one statement; return the new rev.
 
     With a lease the UPDATE is the fence: it matches only under the same owner
     and epoch while the run is running. Either way it locks the row (PostgreSQL)
-    inside the transaction that SQLite's IMMEDIATE mode already holds, so the rev
-    read back is ours.
+    inside the transaction that SQLite's IMMEDIATE mode already holds, so the
+    counters it returns are ours; they are set on ``task``.
     """
-    param = _task_pk_param(pk)
+    param = _task_pk_param(task.pk)
     updated_at = Task._meta.get_field("updated_at").get_db_prep_save(now, connection)
     params = [count, *usage, steps, updated_at, param]
     if lease is not None:
         params += [lease.owner, lease.epoch, TaskStatus.RUNNING.value]
     with connection.cursor() as cursor:
         cursor.execute(_bump_sql(lease is not None), params)
-        if cursor.rowcount != 1:
-            if lease is not None:
-                raise LeaseLost(str(pk))
-            raise Task.DoesNotExist(str(pk))
-        cursor.execute(_rev_sql(), [param])
-        return int(cursor.fetchone()[0])
+        row = cursor.fetchone()
+    if row is None:
+        if lease is not None:
+            raise LeaseLost(str(task.pk))
+        raise Task.DoesNotExist(str(task.pk))
+    for name, value in zip(_BUMPED, row, strict=True):
+        setattr(task, name, int(value))
+    task.updated_at = now
+    return task.rev
+
+
+#: The task's counters a bump adds to and returns, in order.
+_BUMPED = ("rev", "prompt_tokens", "completion_tokens", "total_tokens", "step_count")
 
 
 # -- the journal -------------------------------------------------------------------
@@ -632,6 +655,8 @@ class DjangoJournal:
                 if label not in (task.tainted_by or []):
                     task.tainted_by = [*(task.tainted_by or []), label]
                     task.save(update_fields=["tainted_by"])
+                # What this run's later task events show.
+                self._task.tainted_by = task.tainted_by
         return row.record()
 
     def _step_pk(self, seq: int) -> int:
@@ -664,7 +689,7 @@ class DjangoJournal:
                     "updated_at",
                 ]
             )
-            notify.task_changed_on_commit(task.pk)
+            notify.changes_on_commit(task, [], base=task.rev - 1)
         return True
 
     def finish(
@@ -679,7 +704,7 @@ class DjangoJournal:
             _finish_task(task, reason, answer=answer, message=message)
             task.updated_at = timezone.now()
             task.save()
-            notify.task_changed_on_commit(task.pk)
+            notify.changes_on_commit(task, [], base=task.rev - 1)
 
     def _skip_open_steps(self, task: Task) -> None:
         open_steps = task.steps.filter(
@@ -755,32 +780,18 @@ def _control_sql() -> str:
 
 @functools.cache
 def _bump_sql(fenced: bool) -> str:
-    counters = ", ".join(
-        f"{_q(name)} = {_q(name)} + %s"
-        for name in (
-            "rev",
-            "prompt_tokens",
-            "completion_tokens",
-            "total_tokens",
-            "step_count",
-        )
-    )
+    counters = ", ".join(f"{_q(name)} = {_q(name)} + %s" for name in _BUMPED)
     fence = (
         f" AND {_q('lease_owner')} = %s AND {_q('lease_epoch')} = %s "
         f"AND {_q('status')} = %s"
         if fenced
         else ""
     )
+    returning = ", ".join(_q(name) for name in _BUMPED)
     return (
         f"UPDATE {_q(Task._meta.db_table)} SET {counters}, "  # noqa: S608
-        f"{_q('updated_at')} = %s WHERE {_q('id')} = %s{fence}"
+        f"{_q('updated_at')} = %s WHERE {_q('id')} = %s{fence} RETURNING {returning}"
     )
-
-
-@functools.cache
-def _rev_sql() -> str:
-    table = _q(Task._meta.db_table)
-    return f"SELECT {_q('rev')} FROM {table} WHERE {_q('id')} = %s"  # noqa: S608
 
 
 def _step_update_sql(row: Step) -> tuple[str, list[Any]]:

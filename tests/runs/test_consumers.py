@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from unittest import mock
 
 import pytest
 from channels.db import database_sync_to_async
@@ -11,6 +13,7 @@ from django.contrib.auth.models import AnonymousUser
 
 from approvals.consumers import ApprovalsConsumer
 from reach_site.asgi import application
+from runs import events as notify
 from runs import services as runs
 from runs.api.auth import token_issue, token_revoke
 from runs.consumers import TaskConsumer
@@ -23,10 +26,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @database_sync_to_async
-def task_with_more_steps(task, count):
+def task_with_more_steps(task, count, *, pushed=True):
+    """``count`` more note steps by the run's driver; with ``pushed`` False its
+    push is lost (as to a watcher that missed it), so only a poke or a later
+    message tells the watchers."""
     row = Task.objects.get(pk=task.pk)
     journal = runs.DjangoJournal(row, owner=row.lease_owner, epoch=row.lease_epoch)
-    journal.append(note_steps(row.steps.count() + 1, count))
+    with contextlib.ExitStack() as stack:
+        if not pushed:
+            stack.enter_context(mock.patch.object(notify, "push", lambda *a: None))
+        journal.append(note_steps(row.steps.count() + 1, count))
 
 
 @database_sync_to_async
@@ -90,7 +99,7 @@ async def test_a_poke_sends_every_change_since_the_last_one_then_the_task(alice,
     task = await task_with_steps(alice, demo.agent, count=1)
     comm = task_socket(alice, str(task.pk))
     assert (await comm.connect())[0]
-    await task_with_more_steps(task, count=2)
+    await task_with_more_steps(task, count=2, pushed=False)
 
     await sync_to_async(
         lambda: push(task_group(task.pk), {"type": "reach.changed"}).result(5)
@@ -116,7 +125,7 @@ async def test_a_burst_of_pokes_sends_each_change_once_in_rev_order(alice, demo)
     task = await task_with_steps(alice, demo.agent, count=1)
     comm = task_socket(alice, str(task.pk))
     assert (await comm.connect())[0]
-    await task_with_more_steps(task, count=3)
+    await task_with_more_steps(task, count=3, pushed=False)
 
     def burst() -> None:
         sent = [push(task_group(task.pk), {"type": "reach.changed"}) for _ in range(8)]
@@ -135,6 +144,73 @@ async def test_a_burst_of_pokes_sends_each_change_once_in_rev_order(alice, demo)
     # after the steps, never a step twice.
     tasks = [m for m in received if m["type"] == "task"]
     assert len(tasks) == 1 and received[-1]["type"] == "task"
+    await comm.disconnect()
+
+
+async def test_a_pushed_change_is_sent_as_pushed_without_reading_it_back(
+    alice, demo, monkeypatch
+):
+    import runs.consumers as consumers
+
+    task = await task_with_steps(alice, demo.agent, count=1)
+    comm = task_socket(alice, str(task.pk))
+    assert (await comm.connect())[0]
+    reads: list[int] = []
+    real = consumers.changes_since
+    monkeypatch.setattr(
+        consumers,
+        "changes_since",
+        lambda *a, **k: reads.append(1) or real(*a, **k),
+    )
+    await task_with_more_steps(task, count=2)
+    first, second = [await comm.receive_json_from(timeout=5) for _ in range(2)]
+    assert [m["step"]["seq"] for m in (first, second)] == [2, 3]
+    assert "note 1" in first["html"]
+    assert await comm.receive_nothing(timeout=0.3)
+    assert reads == []
+    await comm.disconnect()
+
+
+async def test_a_watcher_that_missed_a_push_reads_the_gap_and_sends_it_once(
+    alice, demo
+):
+    task = await task_with_steps(alice, demo.agent, count=1)
+    comm = task_socket(alice, str(task.pk))
+    assert (await comm.connect())[0]
+    await task_with_more_steps(task, count=2, pushed=False)
+    # The next push starts after the lost one: the watcher reads what it lacks.
+    await task_with_more_steps(task, count=1)
+    received = []
+    while not await comm.receive_nothing(timeout=0.5):
+        received.append(await comm.receive_json_from(timeout=5))
+    steps = [m["step"]["seq"] for m in received if m["type"] == "step"]
+    assert steps == [2, 3, 4]
+    await comm.disconnect()
+
+
+async def test_a_push_older_than_what_a_read_sent_is_not_sent_again(alice, demo):
+    from asgiref.sync import sync_to_async
+
+    from infra.push import push, task_group
+
+    task = await task_with_steps(alice, demo.agent, count=1)
+    comm = task_socket(alice, str(task.pk))
+    assert (await comm.connect())[0]
+    await task_with_more_steps(task, count=2, pushed=False)
+    await comm.send_json_to({"type": "resume", "after": 0})
+    while not await comm.receive_nothing(timeout=0.5):
+        await comm.receive_json_from(timeout=5)
+    row = await database_sync_to_async(Task.objects.get)(pk=task.pk)
+    # A late copy of an early change: (base, rev] is behind what was sent.
+    stale = {
+        "type": "reach.changed",
+        "base": row.rev - 2,
+        "rev": row.rev - 1,
+        "steps": [{"type": "step", "step": {"rev": row.rev - 1}}],
+        "task": {"type": "task", "task": {"status": "queued"}},
+    }
+    await sync_to_async(lambda: push(task_group(task.pk), stale).result(5))()
+    assert await comm.receive_nothing(timeout=0.5)
     await comm.disconnect()
 
 

@@ -1,4 +1,4 @@
-"""The per-step hot path: few queries, and pushes that carry ids only."""
+"""The per-step hot path: few queries, and pushes that carry what was written."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def tool_step(seq: int, status: StepStatus) -> StepRecord:
     )
 
 
-def test_a_step_update_is_a_fenced_bump_a_read_of_the_rev_and_one_write(alice, demo):
+def test_a_step_update_is_one_fenced_bump_returning_the_rev_and_one_write(alice, demo):
     journal = claimed(alice, demo.agent, owner="w1")
     [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
 
@@ -39,7 +39,8 @@ def test_a_step_update_is_a_fenced_bump_a_read_of_the_rev_and_one_write(alice, d
         updated = journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
 
     sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
-    assert sql == ["BEGIN", "UPDATE", "SELECT", "UPDATE", "COMMIT"]
+    assert sql == ["BEGIN", "UPDATE", "UPDATE", "COMMIT"]
+    assert "RETURNING" in queries.captured_queries[1]["sql"]
     assert updated.status is StepStatus.SUCCEEDED and updated.rev > step.rev
     stored = Task.objects.get(pk=journal.task_id).steps.get(seq=2)
     assert (stored.status, stored.result, stored.rev) == ("succeeded", 2, updated.rev)
@@ -53,8 +54,8 @@ def test_appending_steps_neither_counts_nor_reads_them_back(alice, demo):
         )
 
     sql = [q["sql"].split(" ")[0] for q in queries.captured_queries]
-    # The fenced bump of the task's counters, the rev read back, one insert.
-    assert sql == ["BEGIN", "UPDATE", "SELECT", "INSERT", "COMMIT"]
+    # The fenced bump of the task's counters (returning them), one insert.
+    assert sql == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
     task = Task.objects.get(pk=journal.task_id)
     assert task.step_count == 2
     assert [s.rev for s in task.steps.order_by("seq")] == [task.rev - 1, task.rev]
@@ -76,16 +77,54 @@ def test_the_task_event_reads_only_its_columns_and_matches_the_full_payload(
     assert event is not None and event["task"] == full
 
 
-def test_a_run_pushes_one_empty_poke_per_write_after_commit(alice, demo, monkeypatch):
+def test_a_run_pushes_each_write_with_its_events_after_commit(alice, demo, monkeypatch):
     journal = claimed(alice, demo.agent, owner="w1")
     sent: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(
         notify, "push", lambda group, message: sent.append((group, message))
     )
+    claimed_rev = Task.objects.get(pk=journal.task_id).rev
     [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
-    journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
-    # No payload or rendering on the run's side: the consumers read what changed.
-    assert sent == [(f"task_{journal.task_id}", {"type": "reach.changed"})] * 2
+    done = journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+
+    group = f"task_{journal.task_id}"
+    assert [g for g, _ in sent] == [group, group]
+    first, second = (message for _, message in sent)
+    # Each message covers (base, rev]: the next one starts where it ended.
+    assert (first["base"], first["rev"]) == (claimed_rev, step.rev)
+    assert (second["base"], second["rev"]) == (step.rev, done.rev)
+    assert [e["step"]["status"] for e in first["steps"]] == ["running"]
+    assert [e["step"]["rev"] for e in second["steps"]] == [done.rev]
+    assert second["steps"][0]["step"]["result"] == 2
+    assert 'data-rev="%d"' % done.rev in second["steps"][0]["html"]
+    # A tool step changes no task field a watcher shows; no task event.
+    assert first["task"] is None and second["task"] is None
+
+
+def test_a_model_step_and_the_finish_push_the_task_as_stored(alice, demo, monkeypatch):
+    from engine.spec import StopReason
+
+    journal = claimed(alice, demo.agent, owner="w1")
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(notify, "push", lambda group, message: sent.append(message))
+    model = StepRecord(
+        seq=1,
+        kind=StepKind.MODEL_CALL,
+        status=StepStatus.SUCCEEDED,
+        model="m",
+        usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    )
+    journal.append([model])
+    journal.finish(StopReason.FINAL_ANSWER, answer="done", message=None)
+
+    stored = task_payload(
+        Task.objects.select_related("agent", "owner").get(pk=journal.task_id)
+    )
+    pushed_after_model = sent[0]["task"]["task"]
+    assert pushed_after_model["usage"]["total_tokens"] == 10
+    assert pushed_after_model["steps"] == 1
+    assert sent[-1]["steps"] == [] and sent[-1]["rev"] == stored["rev"]
+    assert sent[-1]["task"]["task"] == stored
 
 
 def test_nothing_is_pushed_for_a_write_that_rolls_back(alice, demo, monkeypatch):
