@@ -1,6 +1,6 @@
 """Agent Reach as an MCP gateway: the registry's tools, under the same policy, to
 any MCP client (streamable HTTP at ``/mcp/`` with a bearer token, or stdio through
-``manage.py mcp_gateway``).
+``manage.py mcp_serve``).
 
 Each ``tools/call`` is a real task through the engine, answered by a deterministic
 model (:mod:`gateway.model`) that proposes exactly that call and then finishes with

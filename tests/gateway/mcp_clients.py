@@ -1,5 +1,5 @@
 """MCP clients the way users connect: the SDK's client over streamable HTTP with a
-bearer token, or over stdio to ``manage.py mcp_gateway``. Each helper runs one
+bearer token, or over stdio to ``manage.py mcp_serve``. Each helper runs one
 client session in its own event loop, so a test can call it from a thread while
 it decides approvals in the main one."""
 
@@ -41,7 +41,7 @@ def over_stdio(
     async def main() -> T:
         params = StdioServerParameters(
             command=sys.executable,
-            args=[str(ROOT / "manage.py"), "mcp_gateway", *args],
+            args=[str(ROOT / "manage.py"), "mcp_serve", *args],
             cwd=str(ROOT),
             env=env,
         )

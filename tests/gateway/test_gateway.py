@@ -1,6 +1,6 @@
 """The MCP gateway on real processes: daphne serving ``/mcp/``, a Celery worker
 running each call as a task, Redis; the SDK's own client connecting with a bearer
-token (and over stdio to ``manage.py mcp_gateway``)."""
+token (and over stdio to ``manage.py mcp_serve``)."""
 
 from __future__ import annotations
 

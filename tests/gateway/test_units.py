@@ -58,3 +58,12 @@ def test_a_call_still_parked_at_the_bound_says_it_waits_with_the_approval_id(
     assert not outcome.done and outcome.is_error
     assert outcome.approval_id == str(approval.pk)
     assert str(approval.pk) in outcome.text and "approval" in outcome.text
+
+
+def test_the_stdio_command_is_mcp_serve_and_answers_to_its_earlier_name_too():
+    from django.core.management import load_command_class
+
+    serve = load_command_class("gateway", "mcp_serve")
+    earlier = load_command_class("gateway", "mcp_gateway")
+    assert type(serve) is type(earlier)
+    assert "stdio" in serve.help
