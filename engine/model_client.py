@@ -119,8 +119,10 @@ class OpenAIModelClient:
         # openai takes ~1.4 s to import; only a process that builds a client pays
         # for it (every Django process imports this module).
         import openai
+        from openai.types.chat import ChatCompletion
 
         self._openai = openai
+        self._completion = ChatCompletion
         self.base_url = base_url
         self.max_retries = max_retries
         self.temperature = temperature
@@ -185,7 +187,17 @@ class OpenAIModelClient:
             t0 = time.monotonic()
             retry_after: float | None = None
             try:
-                completion = self._client.chat.completions.create(**kwargs)
+                # The documented raw request (the SDK's README, "undocumented
+                # requests"): ``chat.completions.create`` walks the whole request
+                # through its type transform first, ~2.5 ms of CPU for a dozen
+                # messages and a few tool schemas, where the body here is already
+                # plain JSON. Errors, auth and the parsed ChatCompletion are the same.
+                completion = self._client.post(
+                    "/chat/completions",
+                    body=kwargs,
+                    cast_to=self._completion,
+                    options={"security": {"bearer_auth": True}},
+                )
             except openai.APITimeoutError:
                 kind, message, retryable = (
                     ErrorClass.TIMEOUT,

@@ -44,6 +44,8 @@ COUNTERS_KEY = "reach:metrics:counters"
 LATENCY_KEY = "reach:metrics:latency:"
 #: Recent latency samples kept per series (model, each tool).
 LATENCY_SAMPLES = 1000
+#: How long the sender waits after a commit's bumps for more to join them.
+COALESCE_S = 0.25
 #: Separates a counter's name from its labels in the hash's field names (tool
 #: names of imported or MCP tools may hold any printable character).
 SEP = "\x1f"
@@ -140,6 +142,9 @@ class _Sender:
     def _loop(self) -> None:
         while True:
             self._wake.wait()
+            # Let the bumps of the next commits join this send (one pipeline for
+            # many steps under load).
+            time.sleep(COALESCE_S)
             self._wake.clear()
             self.flush()
 

@@ -19,8 +19,12 @@ def _redactor() -> Redactor:
     return redactor()
 
 
-def step_event(step: Any) -> dict[str, Any]:
-    payload = _redactor().data(step_payload(step))
+def step_event(step: Any, *, redact: bool = True) -> dict[str, Any]:
+    """The websocket's step event; ``redact`` False for a row just stored (it was
+    redacted on its way in, :func:`runs.services.steps_insert`)."""
+    payload = step_payload(step)
+    if redact:
+        payload = _redactor().data(payload)
     return {
         "type": "step",
         "task": str(step.task_id),
@@ -33,8 +37,12 @@ def render_step_html(step: Any) -> str:
     return render_to_string("runs/_step.html", {"step": step})
 
 
-def task_event(task: Any) -> dict[str, Any]:
-    return {"type": "task", "task": _redactor().data(task_payload(task))}
+def task_event(task: Any, *, redact: bool = True) -> dict[str, Any]:
+    """The websocket's task event; ``redact`` False for a task its driver holds
+    (what it shows of text, the goal, the answer and the error, is redacted where
+    it is set)."""
+    payload = task_payload(task)
+    return {"type": "task", "task": _redactor().data(payload) if redact else payload}
 
 
 def task_changed_on_commit(task_id: Any) -> None:
@@ -67,13 +75,13 @@ def changes_on_commit(
     watcher that is not at ``base`` (it missed a message) reads from the
     database as after a poke.
     """
-    events = [step_event(step) for step in steps]
+    events = [step_event(step, redact=False) for step in steps]
     message = {
         "type": "reach.changed",
         "base": base,
         "rev": task.rev,
         "steps": events,
-        "task": task_event(task) if with_task or not events else None,
+        "task": task_event(task, redact=False) if with_task or not events else None,
     }
     group = task_group(task.pk)
     transaction.on_commit(lambda: push(group, message))

@@ -72,9 +72,13 @@ def close_database_pools(
 @pytest.fixture
 def flush_redis(bundled_redis: BundledRedis) -> Iterator[None]:
     from infra.runtime import redis_client
+    from runs import counters
 
+    # Counts an earlier test's runs left pending would land after the flush.
+    counters.flush()
     redis_client().flushdb()
     yield
+    counters.flush()
     redis_client().flushdb()
 
 
