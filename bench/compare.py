@@ -187,6 +187,42 @@ class Product:
         self.process = None
 
 
+def rss_mb(pid: int) -> float:
+    """The resident set of ``pid`` in MB (``VmRSS``), NaN when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return float("nan")
+
+
+#: The processes of the idle stack (the launcher supervises; it is not counted).
+STACK = ("web", "worker", "beat", "redis")
+
+
+class PeakRss:
+    """Samples one process's RSS every 0.2 s on a thread: its peak."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak = pid, rss_mb(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.2):
+            value = rss_mb(self.pid)
+            if value == value:  # not NaN
+                self.peak = max(self.peak, value)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join(2)
+        return self.peak
+
+
 def process_cpu(pid: int) -> float:
     """utime + stime of ``pid`` (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -539,6 +575,39 @@ def report(
     return "\n".join(lines) + "\n"
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def memory_report(memory: dict[str, Any], conc_n: int) -> str:
+    """The memory targets of "A lean, fast spine": the idle stack, and the
+    worker's growth per concurrent run."""
+    lines = ["", "## Memory", ""]
+    idle = memory.get("idle") or {}
+    if idle:
+        total = sum(idle.values())
+        lines += [
+            "RSS after the sequential rounds (warm, idle; the launcher, which only "
+            "supervises, not counted):",
+            "",
+            "| " + " | ".join(STACK) + " | total | target |",
+            "|" + "---|" * (len(STACK) + 2),
+            "| "
+            + " | ".join(fmt(idle.get(n)) + " MB" for n in STACK)
+            + f" | {total:.1f} MB | under 400 MB: {_met(total < 400)} |",
+        ]
+    if "worker_peak" in memory:
+        before, peak = memory["worker_before"], memory["worker_peak"]
+        growth = (peak - before) / conc_n
+        lines += [
+            "",
+            f"Worker RSS during {conc_n} runs at once: {before:.1f} MB before, "
+            f"{peak:.1f} MB at its peak: {growth:.2f} MB per concurrent run "
+            f"(target at most 1 MB: {_met(growth <= 1)}).",
+        ]
+    return "\n".join(lines) + "\n" if len(lines) > 3 else ""
+
+
 # -- main ------------------------------------------------------------------------
 
 
@@ -605,6 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     conc: list[dict[str, Any]] = []
     details: list[Path] = []
     profilers: dict[str, Profiler] = {}
+    memory: dict[str, Any] = {}
     completed = False
     try:
         token = prepare_database(scratch) if platform else ""
@@ -630,12 +700,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 finally:
                     for profiler in profilers.values():
                         profiler.stop()
+                if product is not None:
+                    # Warm and idle: every process has served the rounds.
+                    time.sleep(2)
+                    pids = product.pids()
+                    memory["idle"] = {n: rss_mb(pids[n]) for n in STACK if n in pids}
             details.append(out_dir / "seq.md")
         if args.conc_rounds and conc_peers:
             product = None
             if any(p.startswith("platform") for p in conc_peers):
                 product = Product(scratch, args.port, slow_url, out_dir / "product.log")
             with running(product) if product else contextlib.nullcontext():
+                peak = None
+                if product is not None and "worker" in product.pids():
+                    worker = product.pids()["worker"]
+                    memory["worker_before"] = rss_mb(worker)
+                    peak = PeakRss(worker)
                 conc = run_phase(
                     python,
                     [*common, "--peers", ",".join(conc_peers), "--rounds", "0"]
@@ -645,6 +725,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     peer_env(product, token),
                     out_dir / "conc.md",
                 )
+                if peak is not None:
+                    memory["worker_peak"] = peak.stop()
             details.append(out_dir / "conc.md")
         completed = True
     finally:
@@ -659,6 +741,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     peers = list(dict.fromkeys(seq_peers + conc_peers))
     summary = summarise(seq, conc, peers, args)
     text = report(summary, args, notes, details, started, (load0, os.getloadavg()[0]))
+    text += memory_report(memory, args.conc_n)
+    summary["memory"] = memory
     if args.profile:
         from bench.profile_summary import summarise_profile
 

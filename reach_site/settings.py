@@ -74,7 +74,10 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [
-    "daphne",
+    # Daphne's app only makes runserver serve ASGI (development); loading it
+    # costs every process, the worker and beat included, twisted: ~40 MB each.
+    # The web process runs daphne itself (python -m daphne).
+    *(["daphne"] if DEBUG else []),
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -94,8 +97,10 @@ INSTALLED_APPS = [
     "effects",
     "approvals",
     "traces",
+    "memory",
     "evals",
     "gateway",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -358,6 +363,16 @@ REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
 # Traces: how long finished runs are kept (0 keeps them for ever).
 REACH_TRACE_RETENTION_DAYS = env_int("REACH_TRACE_RETENTION_DAYS", 0)
+# Memory (memory/): how long superseded, forgotten and expired items are kept (0
+# keeps them for ever); what a run is given at its start (items, tokens, off);
+# how many items recall returns; the days remember keeps a fact by default (0:
+# until it is changed or deleted).
+REACH_MEMORY_RETENTION_DAYS = env_int("REACH_MEMORY_RETENTION_DAYS", 0)
+REACH_MEMORY_IN_CONTEXT = env_bool("REACH_MEMORY_IN_CONTEXT", True)
+REACH_MEMORY_CONTEXT_ITEMS = env_int("REACH_MEMORY_CONTEXT_ITEMS", 5)
+REACH_MEMORY_CONTEXT_TOKENS = env_int("REACH_MEMORY_CONTEXT_TOKENS", 600)
+REACH_MEMORY_RECALL_ITEMS = env_int("REACH_MEMORY_RECALL_ITEMS", 5)
+REACH_MEMORY_DEFAULT_DAYS = env_int("REACH_MEMORY_DEFAULT_DAYS", 0)
 # OpenTelemetry (traces/otel.py): every finished run goes to an OTLP/HTTP collector
 # when an endpoint is set. The SDK reads the other OTEL_* variables itself
 # (headers, timeout, compression, service name, resource attributes, sampler,
