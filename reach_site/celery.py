@@ -14,27 +14,18 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 
 from infra.runtime import redis_client
+from reach_site.schedule import add_schedule
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_site.settings")
 
 app = Celery("reach_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runs", "effects", "approvals", "traces"])
+app.autodiscover_tasks(["runs", "effects", "approvals", "traces", "memory"])
 
 
 @app.on_after_finalize.connect
 def _schedule(sender: Celery, **_: object) -> None:
-    every = settings.REACH_REAPER_INTERVAL_S
-    sender.add_periodic_task(every, sender.signature("agents.reap"), name="reap leases")
-    sender.add_periodic_task(
-        every, sender.signature("approvals.expire"), name="expire approvals"
-    )
-    sender.add_periodic_task(
-        30.0, sender.signature("agents.dispatch_outbox"), name="dispatch outbox"
-    )
-    sender.add_periodic_task(
-        3600.0, sender.signature("traces.purge"), name="purge old traces"
-    )
+    add_schedule(sender, reaper_interval_s=settings.REACH_REAPER_INTERVAL_S)
 
 
 #: Workers announce themselves here; /healthz and `manage.py doctor` count them.

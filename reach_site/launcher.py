@@ -723,7 +723,7 @@ def start_all(supervisor: Supervisor, plan: Plan) -> None:
         ),
         Child(
             name="beat",
-            argv=[python, "-m", "celery", "-A", "reach_site", "beat", "-l"]
+            argv=[python, "-m", "celery", "-A", "reach_site.beat", "beat", "-l"]
             + ["INFO", "-s", str(var_dir / "celerybeat-schedule"), "--pidfile="],
             env=dict(env),
             ready_line=re.compile(r"beat: Starting"),
