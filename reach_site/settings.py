@@ -97,10 +97,8 @@ INSTALLED_APPS = [
     "effects",
     "approvals",
     "traces",
-    "memory",
     "evals",
     "gateway",
-    "console",
 ]
 
 MIDDLEWARE = [
