@@ -77,10 +77,9 @@ def gateway_agent(*, name: str | None = None) -> Agent:
     return agent
 
 
-def gateway_tools(*, agent: Agent, user: Any = None) -> list[dict[str, Any]]:
-    """The tool definitions a run of ``agent`` is offered (enabled, confirmed);
-    with ``user``, only those that user may use (registry.access)."""
-    return [dict(d) for d in agent_snapshot_of(agent, user=user).tools]
+def gateway_tools(*, agent: Agent) -> list[dict[str, Any]]:
+    """The tool definitions a run of ``agent`` is offered (enabled, confirmed)."""
+    return [dict(d) for d in agent_snapshot_of(agent).tools]
 
 
 def gateway_call_start(

@@ -6,13 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from registry.access import may_use_agent, offered_tools_for, usable_agents
 from registry.models import Agent
 from runs import selectors
 from runs import services as runs
@@ -64,8 +62,7 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
         conversation = selectors.own_conversation(request.user, conversation_id)
         if conversation is None:
             raise Http404("No such conversation.")
-    agent = conversation.agent if conversation else selectors.default_agent(request.user)
-    usable = agent is not None and may_use_agent(request.user, agent)
+    agent = conversation.agent if conversation else selectors.default_agent()
     turns = conversation_turns(conversation) if conversation else []
     active = next(
         (t.task for t in reversed(turns) if t.task and not t.task.is_final), None
@@ -78,9 +75,7 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
             "conversation": conversation,
             "turns": turns,
             "agent": agent,
-            "agents": usable_agents(request.user).order_by("name"),
-            "agent_usable": usable,
-            "offered_tools": offered_tools_for(agent, request.user) if usable else [],
+            "agents": Agent.objects.order_by("name"),
             "active_task": active,
         },
     )
@@ -91,13 +86,9 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
 def conversation_new(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("agent", "")
     agent = (
-        Agent.objects.filter(name=name).first()
-        if name
-        else selectors.default_agent(request.user)
+        Agent.objects.filter(name=name).first() if name else selectors.default_agent()
     )
     if agent is None:
         raise Http404("No agent is configured.")
-    if not may_use_agent(request.user, agent):
-        raise PermissionDenied(f"You may not use the agent '{agent.name}'.")
     conversation = runs.conversation_create(owner=request.user, agent=agent)
     return redirect("conversation", conversation_id=conversation.pk)

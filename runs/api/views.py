@@ -12,7 +12,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from registry.access import may_use_agent, offered_tools_for, usable_agents
 from registry.models import Agent, Tool
 from registry.payloads import tool_definition
 from registry.permissions import can_register_tools
@@ -32,13 +31,9 @@ from runs.payloads import conversation_payload, step_payload, task_payload
 
 
 class AgentList(APIView):
-    @extend_schema(
-        responses=schema.AgentSchema(many=True),
-        description="Newest first: the agents the caller may use, each with the "
-        "tools its runs offer the caller.",
-    )
+    @extend_schema(responses=schema.AgentSchema(many=True), description="Newest first.")
     def get(self, request: Request) -> Response:
-        agents = usable_agents(request.user).order_by("-created_at", "-id")
+        agents = Agent.objects.prefetch_related("tools").order_by("-created_at", "-id")
         page, headers = paginate(request, agents)
         return Response(
             [
@@ -46,7 +41,7 @@ class AgentList(APIView):
                     "name": a.name,
                     "description": a.description,
                     "model": a.effective_model,
-                    "tools": [t.name for t in offered_tools_for(a, request.user)],
+                    "tools": [t.name for t in a.offered_tools()],
                     "default": a.is_default,
                 }
                 for a in page
@@ -125,23 +120,14 @@ class ConversationList(APIView):
             agent = Agent.objects.filter(name=name).first()
             if agent is None:
                 raise ApiValidationError({"agent": [f"No agent named '{name}'."]})
-            if not may_use_agent(request.user, agent):
-                raise PermissionDenied(_not_yours(agent))
         else:
-            agent = selectors.default_agent(request.user)
+            agent = selectors.default_agent()
             if agent is None:
                 raise ApiValidationError({"agent": ["No agent is configured."]})
         conversation = runs.conversation_create(owner=request.user, agent=agent)
         return Response(
             conversation_payload(conversation), status=status.HTTP_201_CREATED
         )
-
-
-def _not_yours(agent: Agent) -> str:
-    return (
-        f"You may not use the agent '{agent.name}'; an admin can give you access "
-        "(Admin → Agents → who may use it)."
-    )
 
 
 class ConversationDetail(APIView):
@@ -163,8 +149,6 @@ class ConversationMessages(APIView):
         )
         if not isinstance(content, str) or not content.strip():
             raise ApiValidationError({"content": ["Send the message text as content."]})
-        if not may_use_agent(request.user, conversation.agent):
-            raise PermissionDenied(_not_yours(conversation.agent))
         try:
             task = runs.task_start(conversation=conversation, content=content)
         except runs.ConversationBusy as busy:
