@@ -52,6 +52,9 @@ def bundled_redis() -> Iterator[BundledRedis]:
     runtime.redis_client.cache_clear()
     channel_layers.backends.clear()
     yield server
+    from runs import counters
+
+    counters.flush()  # before the server goes: nothing is left to send to it
     server.stop()
 
 

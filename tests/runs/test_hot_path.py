@@ -96,7 +96,7 @@ def test_a_run_pushes_each_write_with_its_events_after_commit(alice, demo, monke
     assert [e["step"]["status"] for e in first["steps"]] == ["running"]
     assert [e["step"]["rev"] for e in second["steps"]] == [done.rev]
     assert second["steps"][0]["step"]["result"] == 2
-    assert 'data-rev="%d"' % done.rev in second["steps"][0]["html"]
+    assert f'data-rev="{done.rev}"' in second["steps"][0]["html"]
     # A tool step changes no task field a watcher shows; no task event.
     assert first["task"] is None and second["task"] is None
 
