@@ -62,7 +62,7 @@ test-postgres: install
 # The platform beside the bare openai-SDK loop, the OpenAI Agents SDK and LangGraph +
 # SQLite, per step and 50 tasks at once (bench/compare.py; bench/README.md). It starts
 # its own product instance in a scratch var dir. BENCH_ARGS="--rounds 5" etc.
-.PHONY: bench-peers bench-internal bench-profile
+.PHONY: bench-peers bench-internal bench-profile bench-watch
 PEERS_VENV := .venv-peers
 PEERS_STAMP := $(PEERS_VENV)/.installed-$(shell cat bench/peers/requirements.txt | sha1sum | cut -c1-12)
 
@@ -88,6 +88,11 @@ bench-profile: install bench-peers
 # real Celery workers (bench/run.py).
 bench-internal: install
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# Browsers watching runs (bench/watch.py): 1 watcher, then 100 runs watched at
+# once; every step must arrive once, in order; prints the push latency.
+bench-watch: install
+	$(PY) -m bench.watch $(BENCH_ARGS)
 
 # ruff (lint and format), mypy --strict on the engine, and the layer contracts.
 lint: install
