@@ -117,6 +117,8 @@ class RequestPlan:
     tool_names: list[str]
     tool_choice: ToolChoice
     tool_mode: bool
+    #: The tools offered to the model (OpenAI form), for :func:`find_leak`.
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def prompt(self) -> str:
@@ -725,6 +727,7 @@ def plan_request(
         tool_names=[tool["function"]["name"] for tool in shown],
         tool_choice=choice,
         tool_mode=tool_mode,
+        tools=list(shown),
     )
 
 
@@ -803,6 +806,110 @@ def parse_completion(
     if not calls:
         return ParsedReply(content=text.strip() or None, errors=errors)
     return ParsedReply(content=content, tool_calls=calls, errors=errors)
+
+
+# ---------------------------------------------------------------- leaked calls
+
+#: A call written as text: "functions calculate: 128 * 6", "functions.search_notes:
+#: {...}", "function calculate(...)". Only a name of an offered tool counts.
+_LEAK_HEAD = re.compile(
+    r"(?i)(?<![\w])functions?\s*[.:\s]\s*(?P<name>[a-z][a-z0-9_]*)\s*[:(]?[ \t]*"
+)
+_FENCE = re.compile(r"^```[a-z]*\s*|\s*```$")
+
+
+@dataclass(frozen=True)
+class Leak:
+    """A final answer that carries the handler's call syntax or a schema.
+
+    ``call`` is the real tool call it stands for when the text says enough to
+    make one; else ``name`` is the tool it names (None for a bare schema), and
+    the handler asks the model again, for a call.
+    """
+
+    name: str | None
+    call: dict[str, Any] | None
+    text: str
+
+
+def _tool_call(name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": new_tool_call_id(),
+        "type": "function",
+        "function": {
+            "name": name,
+            "arguments": json.dumps(arguments, ensure_ascii=False),
+        },
+    }
+
+
+def _sole_string_parameter(tool: Mapping[str, Any]) -> str | None:
+    """The one required parameter of ``tool`` when it is a string (calculate's
+    ``expression``, search_notes' ``query``), else None."""
+    parameters = tool.get("function", {}).get("parameters") or {}
+    required = parameters.get("required") or []
+    properties = parameters.get("properties") or {}
+    if len(required) != 1:
+        return None
+    spec = properties.get(required[0]) or {}
+    return str(required[0]) if spec.get("type") == "string" else None
+
+
+def _looks_like_schema_or_call(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    keys = set(value)
+    return bool(
+        {"properties", "$schema"} & keys
+        or (value.get("type") == "object" and "properties" in keys)
+        or ("name" in keys and keys & {"arguments", "parameters"})
+    )
+
+
+def find_leak(content: str | None, tools: Sequence[Mapping[str, Any]]) -> Leak | None:
+    """The call syntax or schema in a final answer, or None when it is plain text.
+
+    A small model sometimes writes its call as prose ("functions calculate: 128 * 6
+    + 320") or answers with a tool's JSON schema; a user must never see either.
+    """
+    text = _FENCE.sub("", (content or "").strip())
+    if not text:
+        return None
+    by_name = {str(t["function"]["name"]): t for t in tools}
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if _looks_like_schema_or_call(whole):
+        name = whole.get("name") if isinstance(whole.get("name"), str) else None
+        arguments = whole.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                arguments = None
+        if name in by_name and isinstance(arguments, dict):
+            return Leak(name, _tool_call(name, arguments), text)
+        return Leak(name if name in by_name else None, None, text)
+    for head in _LEAK_HEAD.finditer(text):
+        name = head.group("name")
+        if name not in by_name:
+            continue
+        rest = text[head.end() :]
+        try:
+            arguments, _ = _DECODER.raw_decode(rest.lstrip())
+        except ValueError:
+            arguments = None
+        if isinstance(arguments, dict):
+            return Leak(name, _tool_call(name, arguments), text)
+        parameter = _sole_string_parameter(by_name[name])
+        value = (
+            rest.splitlines()[0].strip().strip("`").rstrip(")").strip() if rest else ""
+        )
+        if parameter is not None and value:
+            return Leak(name, _tool_call(name, {parameter: value}), text)
+        return Leak(name, None, text)
+    return None
 
 
 def build_chat_completion(

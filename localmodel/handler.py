@@ -92,67 +92,102 @@ def reach_tools_chat_handler(
 ) -> dict[str, Any] | Iterator[dict[str, Any]]:
     """Answer one OpenAI chat request with a ``chat.completion`` dict (or, with
     ``stream``, the same completion replayed as chunks)."""
-    plan = chatformat.plan_request(
-        messages,
-        tools,
-        tool_choice,
-        functions=functions,
-        function_call=function_call,
-        response_format=response_format,
-        parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
-        tool_first=TOOL_FIRST,
-    )
-    prompt = tokenize_prompt(llama, plan.segments)
-    room = llama.n_ctx() - len(prompt)
-    if room <= 0:
-        raise ValueError(
-            f"the prompt has {len(prompt)} tokens, more than the context window of "
-            f"{llama.n_ctx()}"
+
+    def plan(choice: Any) -> chatformat.RequestPlan:
+        return chatformat.plan_request(
+            messages,
+            tools,
+            choice,
+            functions=functions,
+            function_call=function_call,
+            response_format=response_format,
+            parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", False)),
+            tool_first=TOOL_FIRST,
         )
-    wanted = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
-    limit = min(wanted, room)
-    if plan.grammar is not None:
-        grammar = LlamaGrammar.from_string(plan.grammar, verbose=False)
-    stops = list(chatformat.STOP_STRINGS)
-    if isinstance(stop, str):
-        stops.append(stop)
-    elif stop:
-        stops.extend(stop)
-    completion: Any = llama.create_completion(
-        prompt=prompt,
-        max_tokens=limit,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        typical_p=typical_p,
-        stop=stops,
-        seed=seed,
-        stream=False,
-        presence_penalty=presence_penalty,
-        frequency_penalty=frequency_penalty,
-        repeat_penalty=repeat_penalty,
-        tfs_z=tfs_z,
-        mirostat_mode=mirostat_mode,
-        mirostat_tau=mirostat_tau,
-        mirostat_eta=mirostat_eta,
-        model=model,
-        logits_processor=logits_processor,
-        grammar=grammar,
-        logit_bias=logit_bias,
-    )
-    choice = completion["choices"][0]
-    reply = chatformat.parse_completion(
-        choice["text"], plan.tool_names, tool_mode=plan.tool_mode
-    )
-    for error in reply.errors:
-        logger.warning("local model: %s", error)
+
+    def generate(
+        plan: chatformat.RequestPlan,
+    ) -> tuple[chatformat.ParsedReply, Any, list[int]]:
+        prompt = tokenize_prompt(llama, plan.segments)
+        room = llama.n_ctx() - len(prompt)
+        if room <= 0:
+            raise ValueError(
+                f"the prompt has {len(prompt)} tokens, more than the context window "
+                f"of {llama.n_ctx()}"
+            )
+        wanted = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
+        grammar = (
+            LlamaGrammar.from_string(plan.grammar, verbose=False)
+            if plan.grammar is not None
+            else None
+        )
+        stops = list(chatformat.STOP_STRINGS)
+        if isinstance(stop, str):
+            stops.append(stop)
+        elif stop:
+            stops.extend(stop)
+        completion: Any = llama.create_completion(
+            prompt=prompt,
+            max_tokens=min(wanted, room),
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            min_p=min_p,
+            typical_p=typical_p,
+            stop=stops,
+            seed=seed,
+            stream=False,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+            repeat_penalty=repeat_penalty,
+            tfs_z=tfs_z,
+            mirostat_mode=mirostat_mode,
+            mirostat_tau=mirostat_tau,
+            mirostat_eta=mirostat_eta,
+            model=model,
+            logits_processor=logits_processor,
+            grammar=grammar,
+            logit_bias=logit_bias,
+        )
+        reply = chatformat.parse_completion(
+            completion["choices"][0]["text"], plan.tool_names, tool_mode=plan.tool_mode
+        )
+        for error in reply.errors:
+            logger.warning("local model: %s", error)
+        return reply, completion, prompt
+
+    first = plan(tool_choice)
+    reply, completion, prompt = generate(first)
     usage = completion.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens", len(prompt)))
+    completion_tokens = int(usage.get("completion_tokens", 0))
+    leak = (
+        chatformat.find_leak(reply.content, first.tools)
+        if first.tool_mode and not reply.tool_calls
+        else None
+    )
+    if leak is not None:
+        # The handler's call syntax (or a schema) in an answer: never shown. Make
+        # the call it spells out, or ask again for a call of the tool it names.
+        logger.warning("local model: a call written as text: %r", leak.text[:200])
+        if leak.call is not None:
+            reply = chatformat.ParsedReply(content=None, tool_calls=[leak.call])
+        else:
+            forced: Any = (
+                {"type": "function", "function": {"name": leak.name}}
+                if leak.name
+                else "required"
+            )
+            reply, completion, prompt = generate(plan(forced))
+            usage = completion.get("usage") or {}
+            prompt_tokens += int(usage.get("prompt_tokens", len(prompt)))
+            completion_tokens += int(usage.get("completion_tokens", 0))
+    choice = completion["choices"][0]
     result = chatformat.build_chat_completion(
         reply,
         model=completion["model"],
-        prompt_tokens=int(usage.get("prompt_tokens", len(prompt))),
-        completion_tokens=int(usage.get("completion_tokens", 0)),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
         finish_reason=choice.get("finish_reason"),
         completion_id="chat" + completion["id"],
         created=completion["created"],

@@ -1,0 +1,157 @@
+"""A final answer never carries the handler's call syntax or a schema.
+
+The 1.5B model sometimes writes its call as prose (``functions calculate: 128 *
+6 + 320``) or answers with a tool's JSON schema (LOCAL_MODEL.md). ``find_leak``
+is pure; the handler test drives ``reach_tools_chat_handler`` with a stand-in
+for llama-cpp's ``Llama`` (the real grammar class, no weights).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from localmodel.chatformat import find_leak
+from tests.support.openai_tools import function_tool, object_schema
+
+CALCULATE = function_tool(
+    "calculate",
+    object_schema({"expression": {"type": "string"}}, required=["expression"]),
+)
+SEARCH = function_tool(
+    "search_notes",
+    object_schema({"query": {"type": "string"}}, required=["query"]),
+)
+TICKET = function_tool(
+    "create_ticket",
+    object_schema(
+        {"title": {"type": "string"}, "priority": {"type": "string"}},
+        required=["title", "priority"],
+    ),
+)
+TOOLS = [CALCULATE, SEARCH, TICKET]
+
+
+def arguments(leak: Any) -> dict[str, Any]:
+    return json.loads(leak.call["function"]["arguments"])
+
+
+def test_a_call_written_as_prose_becomes_the_call_it_spells_out():
+    leak = find_leak("functions calculate: 128 * 6 + 320", TOOLS)
+    assert leak is not None and leak.call["function"]["name"] == "calculate"
+    assert arguments(leak) == {"expression": "128 * 6 + 320"}
+
+
+def test_a_call_with_json_arguments_inside_an_answer_becomes_that_call():
+    leak = find_leak('好的。\nfunctions.search_notes: {"query": "缓存 预算"}', TOOLS)
+    assert leak is not None and arguments(leak) == {"query": "缓存 预算"}
+
+
+def test_a_json_call_object_as_the_answer_becomes_the_call():
+    answer = '```json\n{"name": "calculate", "arguments": {"expression": "2+2"}}\n```'
+    leak = find_leak(answer, TOOLS)
+    assert leak is not None and arguments(leak) == {"expression": "2+2"}
+
+
+def test_a_schema_as_the_answer_is_a_leak_without_a_call():
+    schema = json.dumps(TICKET["function"]["parameters"])
+    leak = find_leak(schema, TOOLS)
+    assert leak is not None and leak.call is None and leak.name is None
+
+
+def test_a_tool_with_several_required_parameters_is_named_but_not_guessed():
+    leak = find_leak("functions create_ticket: the cache is slow", TOOLS)
+    assert leak is not None and leak.name == "create_ticket" and leak.call is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The search notes function did not return any results.",
+        "Redis 缓存改造 的预算总和是 1088。",
+        "Use the calculate tool next time: 2 + 2 = 4.",
+        '{"total": 1088}',
+        "",
+    ],
+)
+def test_plain_answers_are_left_alone(answer):
+    assert find_leak(answer, TOOLS) is None
+
+
+def test_an_unknown_name_is_not_taken_for_a_call():
+    assert find_leak("functions delete_everything: now", TOOLS) is None
+
+
+class StandInLlama:
+    """What the handler uses of ``llama_cpp.Llama``: tokenize, n_ctx and
+    create_completion, answering each call with the next scripted text."""
+
+    def __init__(self, texts: list[str]) -> None:
+        self.texts = list(texts)
+        self.grammars: list[Any] = []
+
+    def tokenize(self, data: bytes, add_bos: bool = False, special: bool = False):
+        return list(range(len(data) // 4 + 1))
+
+    def n_ctx(self) -> int:
+        return 32768
+
+    def create_completion(self, *, prompt, grammar=None, **_: Any) -> dict[str, Any]:
+        self.grammars.append(grammar)
+        return {
+            "id": f"cmpl-{len(self.grammars)}",
+            "created": 0,
+            "model": "local",
+            "choices": [{"text": self.texts.pop(0), "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": 5},
+        }
+
+
+def ask(llama: StandInLlama) -> dict[str, Any]:
+    pytest.importorskip("llama_cpp")
+    from localmodel.handler import reach_tools_chat_handler
+
+    return reach_tools_chat_handler(
+        llama=llama,  # type: ignore[arg-type]
+        messages=[
+            {"role": "user", "content": "缓存很慢，开个工单"},
+            {"role": "assistant", "content": "好的"},
+            {"role": "user", "content": "现在就开"},
+        ],
+        tools=TOOLS,
+        tool_choice="auto",
+    )
+
+
+def test_the_handler_makes_the_call_a_prose_answer_spells_out(monkeypatch):
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", False, raising=False)
+    llama = StandInLlama(["message: functions calculate: 19 * 23 - 7"])
+    result = ask(llama)
+    message = result["choices"][0]["message"]
+    assert message.get("content") in (None, "")
+    [call] = message["tool_calls"]
+    assert call["function"]["name"] == "calculate"
+    assert json.loads(call["function"]["arguments"]) == {"expression": "19 * 23 - 7"}
+    assert result["choices"][0]["finish_reason"] == "tool_calls"
+    assert len(llama.grammars) == 1
+
+
+def test_the_handler_asks_again_for_a_call_of_the_tool_a_leak_names(monkeypatch):
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", False, raising=False)
+    llama = StandInLlama(
+        [
+            "message: functions create_ticket: the cache is slow",
+            'functions.create_ticket:\n{"title": "缓存很慢", "priority": "high"}',
+        ]
+    )
+    result = ask(llama)
+    message = result["choices"][0]["message"]
+    [call] = message["tool_calls"]
+    assert call["function"]["name"] == "create_ticket"
+    assert json.loads(call["function"]["arguments"])["priority"] == "high"
+    assert "functions" not in (message.get("content") or "")
+    # The second generation was held to a call (a grammar), and both are counted.
+    assert len(llama.grammars) == 2 and llama.grammars[1] is not None
+    assert result["usage"]["completion_tokens"] == 10
