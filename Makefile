@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: up test install model chromium bench lint test-sqlite test-postgres clean eval
+.PHONY: up test install model chromium bench lint test-sqlite test-postgres clean eval chaos
 
 $(PY):
 	@echo "==> creating $(VENV)"
@@ -93,6 +93,15 @@ bench-internal: install
 # once; every step must arrive once, in order; prints the push latency.
 bench-watch: install
 	$(PY) -m bench.watch $(BENCH_ARGS)
+
+# Random faults at random moments (bench/chaos/): 200 runs on PostgreSQL with two
+# workers while workers are SIGKILLed, Redis and daphne restart and the database
+# drops connections; prints the invariants and exits 1 unless every count is 0.
+# CHAOS_ARGS="--seed 7 --runs 500"; CHAOS_PG_URL is created for the run and dropped.
+CHAOS_PG_URL ?= postgres://postgres@127.0.0.1:5432/reach_chaos
+
+chaos: install
+	$(PY) -m bench.chaos --database-url $(CHAOS_PG_URL) $(CHAOS_ARGS)
 
 # ruff (lint and format), mypy --strict on the engine, and the layer contracts.
 lint: install

@@ -22,6 +22,17 @@ class AuditKind(models.TextChoices):
     TASK_CANCEL_REQUESTED = "task.cancel_requested"
     TASK_FINISHED = "task.finished"
     TASK_FORKED = "task.forked"
+    TASK_REQUEUED = "task.requeued"
+    TASK_RETRIED = "task.retried"
+    ACCESS_CHANGED = "access.changed"
+    PRICE_CHANGED = "price.changed"
+    BUDGET_CHANGED = "budget.changed"
+    # Budgets (runs.budgets, engine limits): a run stopped by its cost budget,
+    # a message refused by its user's daily budget, a call over its tool's
+    # max_calls_per_run refused.
+    BUDGET_RUN_EXCEEDED = "budget.run_exceeded"
+    BUDGET_DAILY_REFUSED = "budget.daily_refused"
+    TOOL_CALL_LIMITED = "tool.call_limited"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_VOTED = "approval.voted"
     APPROVAL_DECIDED = "approval.decided"

@@ -11,7 +11,7 @@ together the terms stand, then newest first. Pure text: no database here.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 _CJK = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
@@ -22,21 +22,25 @@ MAX_TERMS = 24
 TITLE_WEIGHT = 3
 
 
+def tokens(text: str) -> Iterator[str]:
+    """Every lower-cased term of ``text`` in order, repeats kept: each Latin
+    word, and each CJK run followed by its character bigrams (what a full-text
+    index of the text holds; ``memory`` indexes its items with it)."""
+    for token in _TOKEN.findall(text.lower()):
+        yield token
+        if len(token) > 2 and _IS_CJK.match(token):
+            for i in range(len(token) - 1):
+                yield token[i : i + 2]
+
+
 def terms(query: str) -> list[str]:
     """The distinct, lower-cased terms of ``query``, longest runs first."""
     found: list[str] = []
-
-    def add(term: str) -> None:
-        if term and term not in found and len(found) < MAX_TERMS:
+    for term in tokens(query):
+        if len(found) >= MAX_TERMS:
+            break
+        if term and term not in found:
             found.append(term)
-
-    for token in _TOKEN.findall(query.lower()):
-        if _IS_CJK.match(token):
-            add(token)
-            for i in range(len(token) - 1):
-                add(token[i : i + 2])
-        else:
-            add(token)
     return found
 
 

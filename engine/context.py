@@ -60,6 +60,9 @@ def build_messages(
             )
 
     for step in steps:
+        if step.kind is StepKind.MODEL_CALL and DetailKey.ROUTE in step.detail:
+            # The routing call picked the turn's tools; it is no turn itself.
+            continue
         if step.kind is StepKind.MODEL_CALL and step.response is not None:
             messages.append(_assistant(step.response))
             calls = sorted(by_parent.get(step.seq, []), key=lambda s: s.call_index or 0)
@@ -188,7 +191,14 @@ class TokenEstimator:
     @classmethod
     def calibrated(cls, steps: Sequence[StepRecord]) -> TokenEstimator:
         for step in reversed(steps):
-            if step.kind is StepKind.MODEL_CALL and step.usage:
+            if (
+                step.kind is StepKind.MODEL_CALL
+                and step.usage
+                # An estimate calibrates nothing; a routing call's request is
+                # not the conversation's.
+                and not step.usage.get("estimated")
+                and DetailKey.ROUTE not in step.detail
+            ):
                 raw = step.detail.get(DetailKey.PROMPT_ESTIMATE)
                 prompt = step.usage.get("prompt_tokens") or 0
                 if raw and prompt:

@@ -9,6 +9,7 @@ ever cannot eat the pool; past the cap, further calls fail at once.
 
 from __future__ import annotations
 
+import contextvars
 import random
 import threading
 import time
@@ -40,6 +41,18 @@ class RetryableToolError(ToolError):
     """A transient failure (e.g. a 503 from an upstream service)."""
 
     error_class: str = ErrorClass.TRANSIENT
+
+
+@dataclass(frozen=True)
+class Untrusted:
+    """A handler's result that taints the run whatever its tool's flag says.
+
+    For tools whose output is trusted or not item by item: ``recall`` returns
+    its items wrapped so when one of them was written by a tainted run. Such a
+    result is never cached (the flag would not survive the cache).
+    """
+
+    value: Any
 
 
 class ResultCache(Protocol):
@@ -144,7 +157,13 @@ class Executor:
             value, attempt = self._attempt(spec, handler, arguments, context, number)
             attempts.append(attempt)
             if attempt.error is None:
-                result = ToolResult(ok=True, value=value, attempts=attempts)
+                untrusted = isinstance(value, Untrusted)
+                result = ToolResult(
+                    ok=True,
+                    value=value.value if untrusted else value,
+                    attempts=attempts,
+                    untrusted=untrusted,
+                )
                 break
             retryable = attempt.error_class in _RETRYABLE
             if number == tries or not retryable:
@@ -160,7 +179,7 @@ class Executor:
         assert result is not None
         result.started_at = started
         result.finished_at = utcnow()
-        if result.ok and spec.cacheable:
+        if result.ok and spec.cacheable and not result.untrusted:
             self.cache.set(
                 self.cache_key(spec, arguments), result.value, spec.cache_ttl_s
             )
@@ -194,7 +213,10 @@ class Executor:
             tool=context.tool,
             deadline=deadline,
         )
-        future: Future[Any] = self._pool.submit(handler, dict(arguments), ctx)
+        # The caller's context goes along (the task a log line concerns).
+        future: Future[Any] = self._pool.submit(
+            contextvars.copy_context().run, handler, dict(arguments), ctx
+        )
         try:
             value = future.result(timeout=spec.timeout_s)
         except FutureTimeout:
@@ -226,13 +248,16 @@ class Executor:
                 ErrorClass.EXCEPTION,
             )
         elapsed = (time.monotonic() - t0) * 1000
+        marked = isinstance(value, Untrusted)
         try:
-            value = ensure_json(value)
+            value = ensure_json(value.value if marked else value)
         except ValueError as exc:
             return None, Attempt(
                 number, started_at, elapsed, str(exc), ErrorClass.BAD_RESULT
             )
-        return value, Attempt(number, started_at, elapsed)
+        return (Untrusted(value) if marked else value), Attempt(
+            number, started_at, elapsed
+        )
 
     def _abandon(self, future: Future[Any]) -> None:
         if future.cancel():

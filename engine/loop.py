@@ -10,6 +10,7 @@ where the last committed step left it.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
 import time
@@ -28,7 +29,9 @@ from .context import (
 from .execution import Executor, select_fields
 from .model_client import ModelClient, ModelError, ModelReply
 from .planning import Planner
+from .pricing import ModelPrice, format_usd
 from .redaction import Redactor
+from .routing import Route, Routing, recorded_route
 from .spec import (
     FINAL_STEP_STATUSES,
     CallContext,
@@ -131,6 +134,11 @@ class Engine:
     model_pool: ThreadPoolExecutor | None = None
     #: Called after each step is persisted (metrics, tests).
     on_step: Callable[[StepRecord], None] | None = None
+    #: The run's price (engine.pricing); None: its model calls' cost is unknown.
+    price: ModelPrice | None = None
+    #: The agent's toolsets when the run must ask the model which it needs
+    #: (rules picked none when it started); None: the toolbox is the turn's.
+    routing: Routing | None = None
 
     # -- the loop ---------------------------------------------------------------
 
@@ -138,10 +146,20 @@ class Engine:
         """Drive the run until it finishes or parks. Safe to call again at any time."""
         snap = journal.snapshot()
         steps = list(snap.steps)
+        routed = self.routing is None
+        if self.routing is not None and (route := recorded_route(steps)) is not None:
+            self._offer(route)
+            routed = True
         while True:
             if journal.control().cancelled:
                 journal.finish(StopReason.CANCELLED, answer=None, message=None)
                 return Outcome.FINISHED
+
+            if not routed:
+                if self._route(journal, steps, snap) is Outcome.FINISHED:
+                    return Outcome.FINISHED
+                routed = True
+                continue
 
             turn = self._open_turn(steps)
             runnable = [
@@ -159,7 +177,9 @@ class Engine:
 
             reason = self._stop_reason(journal, steps, snap)
             if reason is not None:
-                journal.finish(reason, answer=None, message=_STOP_MESSAGES.get(reason))
+                journal.finish(
+                    reason, answer=None, message=self._stop_message(reason, steps)
+                )
                 return Outcome.FINISHED
 
             messages = self._context(journal, steps, snap)
@@ -188,6 +208,8 @@ class Engine:
                     attempts=[a.as_dict() for a in exc.attempts],
                     started_at=utcnow(),
                     finished_at=utcnow(),
+                    # A failed request is not billed; unknown without a price.
+                    cost_usd=0.0 if self.price is not None else None,
                     detail={
                         DetailKey.PROMPT_ESTIMATE: estimate,
                         DetailKey.CONTEXT_ESTIMATE: in_context,
@@ -197,11 +219,15 @@ class Engine:
                 journal.finish(StopReason.MODEL_ERROR, answer=None, message=str(exc))
                 return Outcome.FINISHED
 
-            planned = self._plan(reply, steps, snap, estimate, journal.task_id)
+            planned = self._plan(
+                reply, steps, snap, estimate, journal.task_id, in_context=in_context
+            )
             planned[0].detail[DetailKey.CONTEXT_ESTIMATE] = in_context
             persisted = self._append(journal, planned)
             steps.extend(persisted)
-            snap.usage = snap.usage + reply.usage
+            # The usage recorded (an estimate when the endpoint reported none):
+            # the budgets count what the step says.
+            snap.usage = snap.usage + Usage.from_dict(planned[0].usage)
             if not reply.tool_calls:
                 answer = self.redactor.text(reply.content or "").strip()
                 journal.finish(
@@ -253,8 +279,75 @@ class Engine:
             return StopReason.MAX_STEPS
         if snap.usage.total_tokens >= limits.token_budget:
             return StopReason.TOKEN_BUDGET
+        if (
+            limits.max_cost_usd is not None
+            and self.price is not None
+            and run_cost(steps) >= limits.max_cost_usd
+        ):
+            # Without a price the cost is unknown: the budget cannot apply.
+            return StopReason.COST_BUDGET
         if journal.active_seconds() >= limits.time_budget_s:
             return StopReason.TIME_BUDGET
+        return None
+
+    def _stop_message(
+        self, reason: StopReason, steps: Sequence[StepRecord]
+    ) -> str | None:
+        if reason is StopReason.COST_BUDGET and self.limits.max_cost_usd is not None:
+            spent = format_usd(run_cost(steps))
+            budget = format_usd(self.limits.max_cost_usd)
+            return f"Stopped: the run used up its cost budget ({spent} of {budget})."
+        return _STOP_MESSAGES.get(reason)
+
+    # -- routing ------------------------------------------------------------------
+
+    def _offer(self, route: Route) -> None:
+        """From now on the run offers (and plans against) only ``route``'s tools."""
+        assert self.routing is not None
+        self.toolbox = self.routing.narrow(self.toolbox, route)
+
+    def _route(
+        self, journal: Journal, steps: list[StepRecord], snap: RunSnapshot
+    ) -> Outcome | None:
+        """Ask the model which toolsets the turn needs: one short call, recorded
+        as a model_call step that carries the route. A failed call offers every
+        tool; the run goes on either way."""
+        assert self.routing is not None
+        messages = self.routing.classification_messages(snap.goal)
+        estimate = TokenEstimator().raw(messages)
+        try:
+            reply = self._call_model(journal, messages, snap.model, tools=[])
+        except _Cancelled:
+            journal.finish(StopReason.CANCELLED, answer=None, message=None)
+            return Outcome.FINISHED
+        except _OutOfTime:
+            reason = StopReason.TIME_BUDGET
+            journal.finish(reason, answer=None, message=_STOP_MESSAGES[reason])
+            return Outcome.FINISHED
+        except ModelError as exc:
+            route = self.routing.general()
+            step = StepRecord(
+                seq=_next_seq(steps),
+                kind=StepKind.MODEL_CALL,
+                status=StepStatus.FAILED,
+                model=snap.model,
+                error=str(exc),
+                error_class=exc.kind,
+                attempts=[a.as_dict() for a in exc.attempts],
+                started_at=utcnow(),
+                finished_at=utcnow(),
+                cost_usd=0.0 if self.price is not None else None,
+                detail={DetailKey.PROMPT_ESTIMATE: round(estimate, 1)},
+            )
+        else:
+            route = self.routing.from_reply(reply.content)
+            step = self._model_step(
+                reply, steps, estimate, in_context=int(estimate) + 1
+            )
+        step.detail[DetailKey.ROUTE] = route.to_json()
+        steps.extend(self._append(journal, [step]))
+        snap.usage = snap.usage + Usage.from_dict(step.usage)
+        self._offer(route)
         return None
 
     # -- the model ----------------------------------------------------------------
@@ -349,15 +442,25 @@ class Engine:
         )
 
     def _call_model(
-        self, journal: Journal, messages: list[dict[str, Any]], model: str
+        self,
+        journal: Journal,
+        messages: list[dict[str, Any]],
+        model: str,
+        *,
+        tools: list[dict[str, Any]] | None = None,
     ) -> ModelReply:
-        tools = self._tools()
+        tools = self._tools() if tools is None else tools
         if self.model_pool is None:
             return self.model_client.complete(
                 messages=messages, tools=tools, model=model
             )
+        # The run's context goes along (the task and intent of its log lines).
         future: Future[ModelReply] = self.model_pool.submit(
-            self.model_client.complete, messages=messages, tools=tools, model=model
+            contextvars.copy_context().run,
+            self.model_client.complete,
+            messages=messages,
+            tools=tools,
+            model=model,
         )
         while True:
             try:
@@ -380,6 +483,41 @@ class Engine:
             specs=self.toolbox.specs, limits=self.limits, redactor=self.redactor
         )
 
+    def _model_step(
+        self,
+        reply: ModelReply,
+        steps: Sequence[StepRecord],
+        estimate: float,
+        *,
+        in_context: int,
+    ) -> StepRecord:
+        """The model_call step of ``reply``: its usage (estimated when the
+        endpoint reported none, so it is never silently 0) and its cost."""
+        now = utcnow()
+        usage = reply.usage
+        if not reply.usage_reported:
+            completion = TokenEstimator().estimate([reply.message])
+            usage = Usage(
+                in_context, completion, in_context + completion, estimated=True
+            )
+        return StepRecord(
+            seq=_next_seq(steps),
+            kind=StepKind.MODEL_CALL,
+            status=StepStatus.SUCCEEDED,
+            model=reply.model,
+            request_id=reply.request_id,
+            response=self.redactor.data(reply.message),
+            usage=usage.as_dict(),
+            attempts=[a.as_dict() for a in reply.attempts],
+            started_at=_ago(now, reply.latency_ms),
+            finished_at=now,
+            cost_usd=self.price.cost(usage) if self.price is not None else None,
+            detail={
+                DetailKey.PROMPT_ESTIMATE: round(estimate, 1),
+                DetailKey.FINISH_REASON: reply.finish_reason,
+            },
+        )
+
     def _plan(
         self,
         reply: ModelReply,
@@ -387,29 +525,21 @@ class Engine:
         snap: RunSnapshot,
         estimate: float,
         task_id: str,
+        *,
+        in_context: int | None = None,
     ) -> list[StepRecord]:
         """The model_call step and one step per proposed call, decided up front.
 
         Seqs are assigned here, at planning time: the calls of one turn get
         consecutive seqs after their model call, then any notes.
         """
-        now = utcnow()
-        model_step = StepRecord(
-            seq=_next_seq(steps),
-            kind=StepKind.MODEL_CALL,
-            status=StepStatus.SUCCEEDED,
-            model=reply.model,
-            request_id=reply.request_id,
-            response=self.redactor.data(reply.message),
-            usage=reply.usage.as_dict(),
-            attempts=[a.as_dict() for a in reply.attempts],
-            started_at=_ago(now, reply.latency_ms),
-            finished_at=now,
-            detail={
-                DetailKey.PROMPT_ESTIMATE: round(estimate, 1),
-                DetailKey.FINISH_REASON: reply.finish_reason,
-            },
+        model_step = self._model_step(
+            reply,
+            steps,
+            estimate,
+            in_context=in_context if in_context is not None else int(estimate) + 1,
         )
+        now = model_step.finished_at
         plan = self.planner.plan_turn(
             model_step,
             reply.tool_calls,
@@ -506,7 +636,10 @@ class Engine:
             if len(started) > 1 and self.limits.parallel_tool_calls > 1:
                 workers = min(self.limits.parallel_tool_calls, len(started))
                 with ThreadPoolExecutor(workers, thread_name_prefix="call") as pool:
-                    futures = {pool.submit(self._run_one, s): s for s in started}
+                    futures = {
+                        pool.submit(contextvars.copy_context().run, self._run_one, s): s
+                        for s in started
+                    }
                     for future in as_completed(futures):
                         self._record(journal, steps, future.result())
             else:
@@ -556,8 +689,10 @@ class Engine:
         detail[DetailKey.ATTEMPT_COUNT] = len(result.attempts)
         if result.ok:
             value = self.redactor.data(select_fields(result.value, spec.result_fields))
-            if spec.untrusted_output:
+            if spec.untrusted_output or result.untrusted:
                 detail[DetailKey.UNTRUSTED] = True
+            if result.untrusted:
+                detail[DetailKey.UNTRUSTED_RESULT] = True
             return step.copy(
                 status=StepStatus.CACHED if result.cached else StepStatus.SUCCEEDED,
                 result=value,
@@ -603,8 +738,21 @@ _STOP_MESSAGES = {
     StopReason.TOOL_ERROR_LIMIT: "Stopped: too many tool errors in this run.",
     StopReason.TIME_BUDGET: "Stopped: the run used up its time budget.",
     StopReason.TOKEN_BUDGET: "Stopped: the run used up its token budget.",
+    StopReason.COST_BUDGET: "Stopped: the run used up its cost budget.",
     StopReason.APPROVAL_EXPIRED: "Stopped: an approval expired before anyone decided.",
 }
+
+
+def run_cost(steps: Sequence[StepRecord]) -> float:
+    """What the run's own model calls cost so far (USD, the priced ones; steps a
+    fork copied from its parent were paid for by the parent)."""
+    return sum(
+        s.cost_usd
+        for s in steps
+        if s.kind is StepKind.MODEL_CALL
+        and s.cost_usd is not None
+        and DetailKey.COPIED_FROM not in s.detail
+    )
 
 
 def _compaction(replaced: Mapping[str, str], seq: int) -> StepRecord:

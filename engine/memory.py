@@ -48,7 +48,7 @@ class MemoryJournal:
             system=self.system,
             model=self.model,
             steps=[s.copy() for s in self.steps],
-            usage=Usage(**self.usage.as_dict()),
+            usage=Usage.from_dict(self.usage.as_dict()),
             history=list(self.history),
             inherited_taint=list(self.inherited_taint),
         )

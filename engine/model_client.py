@@ -43,6 +43,9 @@ class ModelReply:
     model: str
     latency_ms: float
     attempts: list[Attempt] = field(default_factory=list)
+    #: False when the endpoint sent no usage (or only zeros): ``usage`` then
+    #: says nothing, and the engine records an estimate instead.
+    usage_reported: bool = True
 
 
 class ModelClient(Protocol):
@@ -263,6 +266,8 @@ class OpenAIModelClient:
         usage = Usage.from_dict(
             completion.usage.model_dump() if completion.usage is not None else None
         )
+        # A real request always has prompt tokens: all zeros is no report.
+        reported = bool(usage.prompt_tokens or usage.completion_tokens)
         request_id = getattr(completion, "_request_id", None) or completion.id
         return ModelReply(
             message=message,
@@ -274,6 +279,7 @@ class OpenAIModelClient:
             model=completion.model or model,
             latency_ms=(time.monotonic() - t_start) * 1000,
             attempts=attempts,
+            usage_reported=reported,
         )
 
 

@@ -26,6 +26,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from .canonical import call_signature, canonical_hash
+from .formats import FORMAT_CHECKER, expected
 from .json_input import json_problem, loads_strict
 from .redaction import Redactor
 from .safe_eval import EvaluationError, evaluate_rule
@@ -140,15 +141,19 @@ def parse_arguments(raw: str | None) -> dict[str, Any]:
 
 
 def validate_arguments(schema: Mapping[str, Any], arguments: dict[str, Any]) -> None:
-    """Raise InvalidArguments listing every way ``arguments`` break ``schema``."""
-    validator = Draft202012Validator(schema)
+    """Raise InvalidArguments listing every way ``arguments`` break ``schema``.
+
+    ``format`` is asserted (:mod:`engine.formats`): a value that is not the
+    date, address or id its parameter names fails here, before anything runs.
+    """
+    validator = Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
     errors = sorted(validator.iter_errors(arguments), key=_error_sort_key)
     if not errors:
         return
     messages = []
     for error in errors[:5]:
         path = "/".join(str(p) for p in error.absolute_path)
-        messages.append(f"{path or 'arguments'}: {error.message}")
+        messages.append(f"{path or 'arguments'}: {_message(error)}")
     properties = schema.get("properties", {})
     hint = ""
     if isinstance(properties, Mapping) and properties:
@@ -166,10 +171,24 @@ def _error_sort_key(error: ValidationError) -> str:
     return "/".join(str(p) for p in error.absolute_path)
 
 
+def _message(error: ValidationError) -> str:
+    """jsonschema's message, or for a format what a valid value looks like."""
+    if error.validator == "format":
+        looks = expected(str(error.validator_value))
+        if looks is not None:
+            value = error.instance
+            shown = _short(value) if isinstance(value, str) else repr(value)
+            return f"{shown!r} is not a valid {error.validator_value}: expected {looks}"
+    return str(error.message)
+
+
 def _describe(spec: Any) -> str:
     if isinstance(spec, Mapping):
-        kind = spec.get("type", "any")
-        return str(kind)
+        kind = str(spec.get("type", "any"))
+        name = spec.get("format")
+        if isinstance(name, str) and expected(name) is not None:
+            return f"{kind}, {name}"
+        return kind
     return "any"
 
 
@@ -266,6 +285,35 @@ def circuit_open(tool: str, steps: Sequence[StepRecord], limit: int) -> bool:
     return streak >= limit
 
 
+#: Statuses of calls that ran, or may still run: what a tool's
+#: ``max_calls_per_run`` counts (refused, rejected, deduplicated and skipped
+#: calls did not run).
+_RUN_OR_RUNNING = frozenset(
+    {
+        StepStatus.SUCCEEDED,
+        StepStatus.CACHED,
+        StepStatus.FAILED,
+        StepStatus.RUNNING,
+        StepStatus.WAITING_APPROVAL,
+        StepStatus.APPROVED,
+    }
+)
+#: Failures of calls that never reached their handler.
+_NEVER_RAN = PLANNING_FAILURES | {
+    ErrorClass.NO_HANDLER,
+    ErrorClass.APPROVAL_MISMATCH,
+}
+
+
+def counts_toward_tool_limit(step: StepRecord) -> bool:
+    """Whether ``step`` is a call its tool's ``max_calls_per_run`` counts."""
+    return (
+        step.kind is StepKind.TOOL_CALL
+        and step.status in _RUN_OR_RUNNING
+        and step.error_class not in _NEVER_RAN
+    )
+
+
 #: The stop a skipped call flags on its turn.
 _STOPS: dict[str, StopReason] = {
     ErrorClass.MAX_TOOL_CALLS: StopReason.MAX_TOOL_CALLS,
@@ -341,6 +389,10 @@ class Planner:
             if s.parent_seq == turn.seq:
                 stop = _flagged_stop(s) or stop
         count = len(tool_steps)
+        calls_of: dict[str, int] = {}
+        for s in tool_steps:
+            if counts_toward_tool_limit(s):
+                calls_of[s.tool or ""] = calls_of.get(s.tool or "", 0) + 1
         planned: list[StepRecord] = []
         repeated: list[tuple[StepRecord, StepRecord]] = []
         for call in calls:
@@ -376,6 +428,23 @@ class Planner:
                     step.detail[DetailKey.SAME_AS_SEQ] = earlier.seq
                     step.finished_at = now
                     repeated.append((step, earlier))
+            elif (
+                step.status in (StepStatus.RUNNING, StepStatus.WAITING_APPROVAL)
+                and (spec := self.specs.get(step.tool or "")) is not None
+                and spec.max_calls_per_run > 0
+                and calls_of.get(spec.name, 0) >= spec.max_calls_per_run
+            ):
+                # Refused before it runs (and before anyone is asked to approve).
+                limit = spec.max_calls_per_run
+                step.status = StepStatus.SKIPPED
+                step.detail.pop(DetailKey.APPROVAL, None)
+                step.error = (
+                    f"{spec.name} may be called at most {limit} "
+                    f"time{'s' if limit != 1 else ''} per run; this call was refused "
+                    "and did not run. Use the results you have, another tool, or "
+                    "answer now."
+                )
+                step.error_class = ErrorClass.TOOL_CALL_LIMIT
             elif step.status is StepStatus.RUNNING and circuit_open(
                 step.tool or "",
                 [*steps, *planned],
@@ -388,6 +457,8 @@ class Planner:
                     "answer with what you have."
                 )
                 step.error_class = ErrorClass.CIRCUIT_OPEN
+            if step.status in (StepStatus.RUNNING, StepStatus.WAITING_APPROVAL):
+                calls_of[step.tool or ""] = calls_of.get(step.tool or "", 0) + 1
             planned.append(step)
         first_free = max([turn.seq, *(s.seq for s in steps), *(s.seq for s in planned)])
         notes = [
@@ -414,10 +485,11 @@ class Planner:
         spec = self.specs.get(call.name)
         if spec is None:
             step.status = StepStatus.FAILED
-            step.error = (
-                f"Unknown tool '{call.name}'. Available tools: "
-                + ", ".join(sorted(self.specs))
-                + "."
+            # The same words whether no such tool exists or the run's user may not
+            # use it: the observation names only the tools this run offers.
+            available = ", ".join(sorted(self.specs))
+            step.error = "No tool of that name is available in this run. " + (
+                f"Available tools: {available}." if available else "It has no tools."
             )
             step.error_class = ErrorClass.UNKNOWN_TOOL
             return step

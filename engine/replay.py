@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .canonical import canonical_hash, canonical_json
-from .execution import Executor, ToolError
+from .execution import Executor, ToolError, Untrusted
 from .loop import Control, Engine, Outcome
 from .memory import MemoryJournal
 from .model_client import ModelError, ModelReply, parse_message
+from .pricing import ModelPrice
 from .redaction import Redactor
+from .routing import Routing
 from .spec import (
     FINAL_STEP_STATUSES,
     PLANNING_FAILURES,
@@ -138,6 +140,8 @@ class ReplayTools:
                 StepStatus.CACHED,
                 StepStatus.DEDUPLICATED,
             ):
+                if step.detail.get(DetailKey.UNTRUSTED_RESULT):
+                    return Untrusted(step.result)
                 return step.result
             if step.status is StepStatus.FAILED and (
                 step.error_class not in PLANNING_ERRORS
@@ -231,6 +235,10 @@ class RecordedRun:
     stop_reason: str | None
     history: list[dict[str, str]] = field(default_factory=list)
     inherited_taint: list[str] = field(default_factory=list)
+    #: The price the run used (its cost budget stops alike).
+    price: ModelPrice | None = None
+    #: The toolsets, when the run asked the model which it needed.
+    routing: Routing | None = None
 
 
 @dataclass(frozen=True)
@@ -276,8 +284,13 @@ def rerun(
         executor=executor,
         limits=limits,
         redactor=redactor or Redactor(),
+        price=run.price,
+        routing=run.routing,
     )
     journal = ReplayJournal(
+        # Notes before the first model call were given to the run from outside
+        # the loop (what it remembered): the re-run starts from them as it did.
+        steps=[s.copy() for s in given_notes(run.steps)],
         task_id=run.task_id,
         goal=run.goal,
         system=run.system,
@@ -313,6 +326,16 @@ def rerun(
         steps=list(journal.steps),
         stop_reason=got_reason,
     )
+
+
+def given_notes(steps: Sequence[StepRecord]) -> list[StepRecord]:
+    """The notes recorded before the run's first model or tool call."""
+    given = []
+    for step in sorted(steps, key=lambda s: s.seq):
+        if step.kind is not StepKind.NOTE:
+            break
+        given.append(step)
+    return given
 
 
 def replay_decisions(

@@ -90,6 +90,7 @@ class StopReason(StrEnum):
     TOOL_ERROR_LIMIT = "tool_error_limit"
     TIME_BUDGET = "time_budget"
     TOKEN_BUDGET = "token_budget"
+    COST_BUDGET = "cost_budget"
     APPROVAL_EXPIRED = "approval_expired"
     MODEL_ERROR = "model_error"
     INTERNAL_ERROR = "internal_error"
@@ -123,6 +124,7 @@ class ErrorClass(StrEnum):
     MAX_TOOL_CALLS = "max_tool_calls"
     REPEATED_CALL = "repeated_call"
     CIRCUIT_OPEN = "circuit_open"
+    TOOL_CALL_LIMIT = "tool_call_limit"  # the tool's max_calls_per_run
     # Running a call.
     TIMEOUT = "timeout"
     TRANSIENT = "transient"
@@ -167,8 +169,14 @@ class DetailKey(StrEnum):
     APPROVED_HASH = "approved_hash"  # canonical hash of the approved arguments
     DECISION = "decision"  # the human decision on a parked call
     UNTRUSTED = "untrusted"  # the result came from an untrusted tool: it taints
+    # The handler marked this one result untrusted (a recalled tainted memory),
+    # whatever its tool's flag says: a re-run feeds it back marked the same.
+    UNTRUSTED_RESULT = "untrusted_result"
     STOP = "stop"  # on a model call: the stop reason its planning flagged
     SAME_AS_SEQ = "same_as_seq"  # a deduplicated call: whose result it reuses
+    # On a model call: the routing call of the turn and the route it chose
+    # (engine.routing.Route); the conversation's messages leave it out.
+    ROUTE = "route"
     # Notes and compactions (what the model is told).
     TEXT = "text"
     ATTACH_TO = "attach_to"
@@ -278,6 +286,9 @@ class ToolSpec:
     result_fields: tuple[str, ...] = ()
     cache_ttl_s: int = 0
     rate_limit_per_min: int = 0
+    #: Calls of this tool one run may make (0: no limit); a call over it is
+    #: refused at planning, before it runs.
+    max_calls_per_run: int = 0
     preview_template: str = ""
     tags: tuple[str, ...] = ()
     version: int = 1
@@ -325,6 +336,7 @@ class ToolSpec:
             result_fields=tuple(definition.get("result_fields") or ()),
             cache_ttl_s=int(definition.get("cache_ttl_s", 0)),
             rate_limit_per_min=int(definition.get("rate_limit_per_min", 0)),
+            max_calls_per_run=int(definition.get("max_calls_per_run") or 0),
             preview_template=definition.get("preview_template") or "",
             tags=tuple(definition.get("tags") or ()),
             version=int(definition.get("version", 1)),
@@ -359,31 +371,61 @@ class Toolbox:
 
 @dataclass
 class Usage:
+    """Tokens of a model call (or a run's sum). ``cached_tokens`` are the prompt
+    tokens the endpoint served from its prompt cache (a part of
+    ``prompt_tokens``, priced lower); ``estimated`` marks counts the engine
+    estimated because the endpoint reported none."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0
+    estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.estimated or other.estimated,
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        """The recorded shape (API.md): the three counts, then ``cached_tokens``
+        and ``estimated`` only where they say something."""
+        data = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+        if self.cached_tokens:
+            data["cached_tokens"] = self.cached_tokens
+        if self.estimated:
+            data["estimated"] = True
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Usage:
+        """Usage as recorded, or as the chat-completions API returns it (cached
+        tokens under ``prompt_tokens_details``)."""
         data = data or {}
-        prompt = int(data.get("prompt_tokens") or 0)
-        completion = int(data.get("completion_tokens") or 0)
-        total = int(data.get("total_tokens") or (prompt + completion))
-        return cls(prompt, completion, total)
+        prompt = _count(data.get("prompt_tokens"))
+        completion = _count(data.get("completion_tokens"))
+        total = _count(data.get("total_tokens")) or (prompt + completion)
+        details = data.get("prompt_tokens_details")
+        cached = _count(data.get("cached_tokens")) or (
+            _count(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+        )
+        estimated = data.get("estimated") is True
+        return cls(prompt, completion, total, min(cached, prompt), estimated)
+
+
+def _count(value: Any) -> int:
+    """A token count read from JSON: a non-negative integer, else 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(0, int(value))
 
 
 @dataclass
@@ -428,6 +470,8 @@ class ToolResult:
     cached: bool = False
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
+    #: The handler returned its value as :class:`~engine.execution.Untrusted`.
+    untrusted: bool = False
 
 
 @dataclass
@@ -458,6 +502,9 @@ class StepRecord:
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    #: A model call's cost in USD at the run's price; None when the model has
+    #: no price (cost unknown), and on every other kind of step.
+    cost_usd: float | None = None
     rev: int = 0
 
     def copy(self, **changes: Any) -> StepRecord:
@@ -483,6 +530,8 @@ class Limits:
     context_budget_tokens: int = 3500
     parallel_tool_calls: int = 4
     stop_on_approval_expired: bool = False
+    #: USD one run may spend on model calls (None: no limit); needs a price.
+    max_cost_usd: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -81,16 +81,15 @@ def _user() -> Any:
 def build_server(*, agent_name: str | None = None) -> Server[Any]:
     """The gateway's MCP server over the tools of ``agent_name`` (None: the default)."""
 
-    def tools_sync() -> list[types.Tool]:
-        return [
-            mcp_tool(d) for d in gateway_tools(agent=gateway_agent(name=agent_name))
-        ]
+    def tools_sync(user: Any) -> list[types.Tool]:
+        agent = gateway_agent(name=agent_name)
+        return [mcp_tool(d) for d in gateway_tools(agent=agent, user=user)]
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        _user()
-        return types.ListToolsResult(tools=await sync_to_async(tools_sync)())
+        user = _user()
+        return types.ListToolsResult(tools=await sync_to_async(tools_sync)(user))
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams

@@ -77,9 +77,10 @@ def gateway_agent(*, name: str | None = None) -> Agent:
     return agent
 
 
-def gateway_tools(*, agent: Agent) -> list[dict[str, Any]]:
-    """The tool definitions a run of ``agent`` is offered (enabled, confirmed)."""
-    return [dict(d) for d in agent_snapshot_of(agent).tools]
+def gateway_tools(*, agent: Agent, user: Any = None) -> list[dict[str, Any]]:
+    """The tool definitions a run of ``agent`` is offered (enabled, confirmed);
+    with ``user``, only those that user may use (registry.access)."""
+    return [dict(d) for d in agent_snapshot_of(agent, user=user).tools]
 
 
 def gateway_call_start(
@@ -98,7 +99,9 @@ def gateway_call_start(
         goal = goal[: limit - 1] + "…"
     with transaction.atomic():
         conversation = conversation_create(owner=user, agent=agent)
-        task = task_start(conversation=conversation, content=goal, model=GATEWAY_MODEL)
+        task = task_start(
+            conversation=conversation, content=goal, model=GATEWAY_MODEL, routed=False
+        )
         # Inside task_start's transaction still: the worker is enqueued on commit,
         # so it never sees the task without its call.
         snapshot = AgentSnapshot.from_json(task.agent_snapshot)

@@ -17,6 +17,10 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 current_task_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "current_task_id", default=None
 )
+#: The intent (route) of that task's turn, once chosen (engine.routing).
+current_intent: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "current_intent", default=None
+)
 
 
 class RedactingFilter(logging.Filter):
@@ -26,6 +30,9 @@ class RedactingFilter(logging.Filter):
         task_id = current_task_id.get()
         if task_id and not hasattr(record, "task_id"):
             record.task_id = task_id
+        intent = current_intent.get()
+        if intent and not hasattr(record, "intent"):
+            record.intent = intent
         try:
             r = redactor()
         except Exception:  # noqa: BLE001 - before Django is ready

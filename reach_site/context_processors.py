@@ -6,6 +6,7 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from approvals.services import can_decide
+from console.permissions import can_view_console
 from evals.services import can_run_evals
 from runs.permissions import can_audit
 
@@ -20,4 +21,5 @@ def reach(request: HttpRequest) -> dict[str, Any]:
         "can_approve": can_decide(user),
         "can_audit": can_audit(user),
         "can_run_evals": can_run_evals(user),
+        "can_view_console": can_view_console(user),
     }

@@ -11,6 +11,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
 from effects.models import Note
+from memory.seed import seed_memory_tools
 from registry.models import Agent, Tool
 from registry.services import tool_save
 
@@ -147,12 +148,23 @@ def seed_demo() -> list[str]:
     auditors.permissions.add(
         Permission.objects.get(codename="audit_task", content_type__app_label="runs"),
         Permission.objects.get(codename="run_eval", content_type__app_label="evals"),
+        Permission.objects.get(
+            codename="view_console", content_type__app_label="console"
+        ),
+    )
+    # Acting on anyone's runs from the console is a power of its own.
+    operators, _ = Group.objects.get_or_create(name="operators")
+    operators.permissions.add(
+        *Permission.objects.filter(
+            codename__in=["view_console", "operate_console"],
+            content_type__app_label="console",
+        )
     )
     users = get_user_model().objects
     password = demo_password()
     cast = [
         ("admin", {"is_superuser": True, "is_staff": True}, []),
-        ("operator", {"is_staff": False}, [approvers, auditors]),
+        ("operator", {"is_staff": False}, [approvers, auditors, operators]),
         ("alice", {}, []),
         ("bob", {}, []),
     ]
@@ -176,6 +188,10 @@ def seed_demo() -> list[str]:
             setattr(tool, key, value)
         tool_save(tool=tool, user=None)
         created.append(f"tool {tool.name}")
+
+    # remember, recall, forget: registered, offered to no agent until an
+    # operator adds the "memory" tag to it.
+    created += seed_memory_tools()
 
     for title, content in DEMO_NOTES:
         if not Note.objects.filter(title=title).exists():

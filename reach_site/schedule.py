@@ -22,3 +22,6 @@ def add_schedule(app: Celery, *, reaper_interval_s: float) -> None:
     app.add_periodic_task(
         3600.0, app.signature("traces.purge"), name="purge old traces"
     )
+    app.add_periodic_task(
+        3600.0, app.signature("memory.purge"), name="purge old memory"
+    )

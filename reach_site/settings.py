@@ -97,8 +97,10 @@ INSTALLED_APPS = [
     "effects",
     "approvals",
     "traces",
+    "memory",
     "evals",
     "gateway",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -168,6 +170,9 @@ else:
             "timeout": 20,
         }
         _default_db["CONN_MAX_AGE"] = 0
+        # Check a pooled connection when it is handed out: one the server closed
+        # while it sat idle (a restart, pg_terminate_backend) is replaced, not used.
+        _default_db["CONN_HEALTH_CHECKS"] = True
     EMBEDDED_DATABASE = False
 if env_str("REACH_TEST_DB_NAME"):
     # Lets parallel test runs (several checkouts, CI) use separate test databases.

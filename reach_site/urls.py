@@ -12,6 +12,8 @@ from approvals import views as approvals_views
 from effects import api as effects_api
 from evals import api as evals_api
 from evals import views as evals_views
+from memory import api as memory_api
+from memory import views as memory_views
 from reach_site.health import healthz
 from reach_site.metrics import metrics
 from runs import views as chat
@@ -43,6 +45,8 @@ api_patterns = [
     path("audit/", traces_api.AuditLog.as_view()),
     path("evals/", evals_api.EvalList.as_view()),
     path("evals/<uuid:report_id>/", evals_api.EvalDetail.as_view()),
+    path("memories/", memory_api.MemoryList.as_view()),
+    path("memories/<uuid:memory_id>/", memory_api.MemoryDetail.as_view()),
     path("approvals/", approvals_api.ApprovalList.as_view()),
     path(
         "approvals/<uuid:approval_id>/decision/",
@@ -66,8 +70,17 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
+    path("console/", include("console.urls")),
     path("evals/", evals_views.eval_list, name="evals"),
     path("evals/<uuid:report_id>/", evals_views.eval_detail, name="eval"),
+    path("memory/", memory_views.memory_list, name="memory"),
+    path("memory/add/", memory_views.memory_add, name="memory-add"),
+    path("memory/<uuid:memory_id>/edit/", memory_views.memory_edit, name="memory-edit"),
+    path(
+        "memory/<uuid:memory_id>/delete/",
+        memory_views.memory_delete,
+        name="memory-delete",
+    ),
     path("traces/", traces_views.trace_list, name="traces"),
     path("traces/stats/", traces_views.trace_stats, name="trace-stats"),
     path("traces/<uuid:task_id>/", traces_views.trace_detail, name="trace"),

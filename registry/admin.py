@@ -26,10 +26,11 @@ from django.utils.html import format_html, format_html_join
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.planning import InvalidArguments, parse_arguments, validate_arguments
+from registry.access import access_summary
 from registry.adapters.http import http_tool_try, sample_arguments
-from registry.adapters.mcp import MCPUnavailable, mcp_import_tools
+from registry.adapters.mcp import MCPUnavailable, env_errors, mcp_import_tools
 from registry.lint import lint_registry, lint_tool_in_registry
-from registry.models import Agent, MCPServer, Secret, Tool, ToolVersion
+from registry.models import Agent, MCPServer, ModelPrice, Secret, Tool, ToolVersion
 from registry.payloads import (
     TOOL_IMPLEMENTATION_FIELDS,
     ToolSection,
@@ -37,7 +38,7 @@ from registry.payloads import (
 )
 from registry.permissions import can_register_tools
 from registry.secrets import secret_set
-from registry.services import tool_clean, tool_confirm, tool_save
+from registry.services import model_price, tool_clean, tool_confirm, tool_save
 
 
 class PrettyJSONField(forms.JSONField):
@@ -77,6 +78,60 @@ TOOL_FIELDSETS = (
 )
 
 
+#: Who may use an agent or a tool (registry.access).
+ACCESS_FIELDS = ("allowed_users", "allowed_groups")
+ACCESS_FIELDSET = (
+    "Who may use it",
+    {
+        "fields": ACCESS_FIELDS,
+        "description": "Leave both empty for everyone. Otherwise only these users "
+        "and the members of these groups see and use it (superusers always may). "
+        "A tool a user may not use is never offered to their runs, and a call of "
+        "it is refused as a call of an unknown tool. Changes apply from the next "
+        "run on.",
+    },
+)
+
+
+class AccessAdminMixin:
+    """Who may use an agent or a tool: the form's fields, a list column, and an
+    audit event whenever the lists change."""
+
+    filter_horizontal: tuple[str, ...] = ACCESS_FIELDS
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        rows = super().get_queryset(request)  # type: ignore[misc]
+        return rows.prefetch_related(*ACCESS_FIELDS)
+
+    @admin.display(description="who may use it")
+    def who_may_use(self, obj: Agent | Tool) -> str:
+        return access_summary(obj)
+
+    def save_related(
+        self, request: HttpRequest, form: Any, formsets: Any, change: bool
+    ) -> None:
+        before = _access_of(form.instance) if change else None
+        super().save_related(request, form, formsets, change)  # type: ignore[misc]
+        after = _access_of(form.instance)
+        if before is None and after == {"users": [], "groups": []}:
+            return
+        if after != before:
+            audit_append(
+                kind=AuditKind.ACCESS_CHANGED,
+                actor=request.user,
+                object_type=form.instance._meta.model_name,
+                object_id=form.instance.name,
+                data=after,
+            )
+
+
+def _access_of(obj: Agent | Tool) -> dict[str, list[str]]:
+    return {
+        "users": sorted(obj.allowed_users.values_list("username", flat=True)),
+        "groups": sorted(obj.allowed_groups.values_list("name", flat=True)),
+    }
+
+
 class ToolForm(forms.ModelForm):
     class Meta:
         model = Tool
@@ -92,6 +147,9 @@ class ToolForm(forms.ModelForm):
             return cleaned
         candidate = self.instance
         for name, value in cleaned.items():
+            if name in ACCESS_FIELDS:
+                # Relations are saved after the tool; they are no part of it.
+                continue
             setattr(candidate, name, value)
         for field, problems in tool_clean(candidate).items():
             target = field if field in self.fields else None
@@ -402,7 +460,7 @@ class HttpTryItMixin:
 
 
 @admin.register(Tool)
-class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
+class ToolAdmin(AccessAdminMixin, ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
     formfield_overrides = JSON_FIELDS
     form = ToolForm
     list_display = (
@@ -413,12 +471,13 @@ class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
         "enabled",
         "version",
         "tag_list",
+        "who_may_use",
     )
     list_filter = ("kind", "risk", "approval", "enabled", "untrusted_output")
     search_fields = ("name", "description")
     readonly_fields = TOOL_HISTORY_FIELDS
     inlines = [ToolVersionInline]
-    fieldsets = TOOL_FIELDSETS
+    fieldsets = (*TOOL_FIELDSETS[:-1], ACCESS_FIELDSET, TOOL_FIELDSETS[-1])
 
     @admin.display(description="tags")
     def tag_list(self, obj: Tool) -> str:
@@ -431,10 +490,18 @@ class ToolAdmin(ToolQualityMixin, HttpTryItMixin, admin.ModelAdmin):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(AccessAdminMixin, admin.ModelAdmin):
     formfield_overrides = JSON_FIELDS
-    list_display = ("name", "model", "is_default", "max_steps", "token_budget")
-    filter_horizontal = ("tools",)
+    list_display = (
+        "name",
+        "model",
+        "is_default",
+        "max_steps",
+        "token_budget",
+        "max_cost_usd",
+        "who_may_use",
+    )
+    filter_horizontal = ("tools", *ACCESS_FIELDS)
 
     def save_model(
         self, request: HttpRequest, obj: Agent, form: Any, change: bool
@@ -445,6 +512,53 @@ class AgentAdmin(admin.ModelAdmin):
             actor=request.user,
             object_type="agent",
             object_id=obj.name,
+        )
+        if obj.max_cost_usd is not None and model_price(obj.effective_model) is None:
+            messages.warning(
+                request,
+                f"No price names the model '{obj.effective_model}', so its runs' "
+                "cost is unknown and the cost budget cannot apply. Add one under "
+                "Model prices.",
+            )
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    """The price table: list prices per million tokens, editable in the list."""
+
+    list_display = (
+        "pattern",
+        "input_usd_per_m",
+        "cached_input_usd_per_m",
+        "output_usd_per_m",
+        "note",
+        "updated_at",
+    )
+    list_editable = (
+        "input_usd_per_m",
+        "cached_input_usd_per_m",
+        "output_usd_per_m",
+    )
+    search_fields = ("pattern", "note")
+
+    def save_model(
+        self, request: HttpRequest, obj: ModelPrice, form: Any, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        audit_append(
+            kind=AuditKind.PRICE_CHANGED,
+            actor=request.user,
+            object_type="model_price",
+            object_id=obj.pattern,
+            data={
+                "input_usd_per_m": str(obj.input_usd_per_m),
+                "cached_input_usd_per_m": (
+                    str(obj.cached_input_usd_per_m)
+                    if obj.cached_input_usd_per_m is not None
+                    else None
+                ),
+                "output_usd_per_m": str(obj.output_usd_per_m),
+            },
         )
 
 
@@ -525,7 +639,7 @@ class MCPServerForm(forms.ModelForm):
 
     class Meta:
         model = MCPServer
-        fields = ("name", "transport", "command", "url", "enabled")
+        fields = ("name", "transport", "command", "url", "env", "enabled")
         help_texts = {
             "command": 'The argv list to start it, e.g. ["npx", "-y", "some-server"].',
         }
@@ -545,6 +659,11 @@ class MCPServerForm(forms.ModelForm):
                 )
         elif transport == MCPServer.Transport.HTTP and not cleaned.get("url"):
             self.add_error("url", "An HTTP server needs its URL.")
+        env = cleaned.get("env")
+        for problem in env_errors(env if env is not None else {}):
+            self.add_error("env", problem)
+        if env and transport == MCPServer.Transport.HTTP:
+            self.add_error("env", "Only a stdio server gets an environment.")
         return cleaned
 
 

@@ -2,7 +2,8 @@
 
 Warnings, not errors: a tool with warnings still saves and runs. The rules follow
 what confuses models in practice — a name that is not an action, a vague or short
-description, parameters without descriptions, dates without a format and amounts
+description, parameters without descriptions, dates without a checked format
+(``engine.formats``: the format is asserted before a call runs) and amounts
 without a unit, writes that do not say what they change, and tools that overlap
 (``find_text`` / ``search_file`` / ``query_notes`` side by side).
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from engine.formats import CHECKED_FORMATS
 from registry.models import Tool
 
 
@@ -53,13 +55,14 @@ VERBS = _set(
     add analyze analyse approve archive assign attach book calculate cancel charge
     check classify clear close compare compute convert copy count create decline
     delete describe detect disable download draft edit enable estimate evaluate
-    export extract fetch fill find format forward generate get grant import invite
-    issue join list load lock log look lookup mark match merge move notify open
-    order parse pause pay ping plan post predict preview publish purge put query
-    rank read recommend record refresh refund register reject release reload remove
-    rename render reopen reply report request reschedule reset resolve restart
-    restore resume retrieve review revoke route run save scan schedule score search
-    select send set share show sign sort start stop store submit subscribe suggest
+    export extract fetch fill find forget format forward generate get grant import
+    invite issue join list load lock log look lookup mark match merge move notify
+    open order parse pause pay ping plan post predict preview publish purge put
+    query rank read recall recommend record refresh refund register reject release
+    reload remember remove rename render reopen reply report request reschedule
+    reset resolve restart restore resume retrieve review revoke route run save scan
+    schedule score search select send set share show sign sort start stop store
+    submit subscribe suggest
     summarize summarise suspend sync tag test track transcribe transfer translate
     trigger unlock unsubscribe update upload upsert validate verify view watch write
     """
@@ -302,18 +305,7 @@ def _parameter_warnings(
         )
     key = path.rsplit(".", 1)[-1].removesuffix("[]")
     words = set(_words(key))
-    if _is_date(key, words, schema) and not (
-        schema.get("format") in _DATE_FORMATS or _DATE_HINT.search(description)
-    ):
-        warnings.append(
-            LintWarning(
-                tool,
-                Rule.FORMAT,
-                f"Date/time parameter “{path}” has no format: add "
-                '"format": "date" (or "date-time") or name the format in its '
-                "description (e.g. YYYY-MM-DD).",
-            )
-        )
+    warnings.extend(_format_warnings(tool, path, key, words, schema, description))
     if words & _QUANTITY_WORDS and not _has_unit(key, description):
         warnings.append(
             LintWarning(
@@ -325,6 +317,70 @@ def _parameter_warnings(
             )
         )
     return warnings
+
+
+def _format_warnings(
+    tool: str,
+    path: str,
+    key: str,
+    words: set[str],
+    schema: Mapping[str, Any],
+    description: str,
+) -> list[LintWarning]:
+    """A ``format`` nothing checks, or a date whose format nothing checks.
+
+    A named, checked ``format`` (or a ``pattern``) refuses a bad value before the
+    call runs; a format named only in the description is advice to the model.
+    """
+    name = schema.get("format")
+    if isinstance(name, str) and name not in CHECKED_FORMATS:
+        return [
+            LintWarning(
+                tool,
+                Rule.FORMAT,
+                f"Parameter “{path}” names the format “{name}”, which nothing "
+                "checks: use one that is checked before the call runs ("
+                + ", ".join(sorted(CHECKED_FORMATS))
+                + ') or a "pattern".',
+            )
+        ]
+    if not _is_date(key, words, schema) or name in _DATE_FORMATS:
+        return []
+    if schema.get("type") in ("integer", "number"):
+        # A timestamp: no JSON-Schema format applies; name its unit and epoch.
+        if _DATE_HINT.search(description):
+            return []
+        return [
+            LintWarning(
+                tool,
+                Rule.FORMAT,
+                f"Date/time parameter “{path}” has no format: say in its "
+                "description what the number counts (e.g. Unix epoch seconds).",
+            )
+        ]
+    if "pattern" in schema:
+        return []
+    if _DATE_HINT.search(description):
+        return [
+            LintWarning(
+                tool,
+                Rule.FORMAT,
+                f"Date/time parameter “{path}” names its format only in the "
+                'description: add "format": "date" (YYYY-MM-DD), "date-time" or '
+                '"time" (RFC 3339) so that a value in another format is refused '
+                "before the call runs.",
+            )
+        ]
+    return [
+        LintWarning(
+            tool,
+            Rule.FORMAT,
+            f"Date/time parameter “{path}” has no format: add "
+            '"format": "date" (YYYY-MM-DD), "date-time" or "time" (RFC 3339); '
+            "a value in another format (“tomorrow”) is then refused before the "
+            "call runs and the model is told what was expected.",
+        )
+    ]
 
 
 def _is_date(key: str, words: set[str], schema: Mapping[str, Any]) -> bool:

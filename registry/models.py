@@ -5,11 +5,37 @@ The tables keep the names they had in the ``agents`` app (``db_table``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
 from engine import spec as engine
+from engine.pricing import ModelPrice as EnginePrice
+from engine.routing import Routing, check_toolsets
+
+_USERS_HELP = (
+    "Who may use it: these users and the members of the groups below. Leave both "
+    "empty for everyone."
+)
+_GROUPS_HELP = "Members of these groups may use it (with the users above)."
+_TOOLSETS_HELP = (
+    "Routing by intent (optional): toolsets by tool tag, e.g. "
+    '[{"tag": "notes", "description": "Search the team\'s notes", '
+    '"keywords": ["note", "笔记", "search"]}]. Each turn offers the tools of the '
+    "toolsets whose keywords occur in the message, plus every tool in no toolset. "
+    "Empty: every tool, every turn."
+)
+
+
+def validate_toolsets(value: Any) -> None:
+    try:
+        check_toolsets(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
 
 
 class Agent(models.Model):
@@ -38,10 +64,41 @@ class Agent(models.Model):
     token_budget = models.PositiveIntegerField(default=200_000)
     context_budget_tokens = models.PositiveIntegerField(default=3500)
     parallel_tool_calls = models.PositiveIntegerField(default=4)
+    max_cost_usd = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        verbose_name="max cost per run (USD)",
+        help_text="What one run may spend on model calls; it stops with "
+        "cost_budget once its calls cost this much. Blank: no limit. Applies only "
+        "to a model with a price (Admin → Model prices).",
+    )
+    toolsets = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_toolsets],
+        help_text=_TOOLSETS_HELP,
+    )
+    route_by_model = models.BooleanField(
+        default=True,
+        help_text="When no toolset's keywords match a message, ask the model which "
+        "toolsets it needs (one short call, recorded as the run's first model "
+        "step). Off: such a message is offered every tool.",
+    )
     on_approval_expired = models.CharField(
         max_length=20,
         choices=OnApprovalExpired.choices,
         default=OnApprovalExpired.TELL_MODEL,
+    )
+    # Who may use it (registry.access): empty lists mean everyone.
+    allowed_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="usable_agents",
+        help_text=_USERS_HELP,
+    )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="usable_agents", help_text=_GROUPS_HELP
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -70,7 +127,18 @@ class Agent(models.Model):
             stop_on_approval_expired=(
                 self.on_approval_expired == self.OnApprovalExpired.STOP
             ),
+            max_cost_usd=self.max_cost_usd,
         )
+
+    def routing(self) -> Routing | None:
+        """The agent's toolsets (engine.routing), or None when it has none."""
+        try:
+            toolsets = check_toolsets(self.toolsets)
+        except ValueError:
+            return None
+        if not toolsets:
+            return None
+        return Routing(toolsets=tuple(toolsets), ask_model=self.route_by_model)
 
     def offered_tools(self) -> list[Tool]:
         """Enabled, confirmed tools chosen by name or by tag, in name order."""
@@ -131,6 +199,11 @@ class Tool(models.Model):
     result_fields = models.JSONField(default=list, blank=True)
     cache_ttl_s = models.PositiveIntegerField(default=0)
     rate_limit_per_min = models.PositiveIntegerField(default=0)
+    max_calls_per_run = models.PositiveIntegerField(
+        default=0,
+        help_text="Calls of it one run may make (0: no limit); a call over it is "
+        "refused before it runs, and the model is told so.",
+    )
     preview_template = models.CharField(max_length=300, blank=True)
     tags = models.JSONField(default=list, blank=True)
     enabled = models.BooleanField(default=True)
@@ -139,6 +212,17 @@ class Tool(models.Model):
         help_text="Imported tools start unconfirmed: an operator reviews the policy.",
     )
     version = models.PositiveIntegerField(default=1)
+    # Who may use it (registry.access): empty lists mean everyone. Not part of the
+    # definition (no new version): who may call a tool is not what it does.
+    allowed_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="usable_tools",
+        help_text=_USERS_HELP,
+    )
+    allowed_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="usable_tools", help_text=_GROUPS_HELP
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -168,6 +252,7 @@ class Tool(models.Model):
             result_fields=tuple(self.result_fields or ()),
             cache_ttl_s=self.cache_ttl_s,
             rate_limit_per_min=self.rate_limit_per_min,
+            max_calls_per_run=self.max_calls_per_run,
             preview_template=self.preview_template,
             tags=tuple(self.tags or ()),
             version=self.version,
@@ -209,6 +294,16 @@ class MCPServer(models.Model):
     transport = models.CharField(max_length=10, choices=Transport.choices)
     command = models.JSONField(default=list, blank=True, help_text="argv list (stdio)")
     url = models.URLField(blank=True)
+    env = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "stdio only: the environment the server gets beside PATH, HOME and the "
+            'like, e.g. {"API_URL": "https://x", "API_TOKEN": "{{secret:X_TOKEN}}"}. '
+            "{{secret:NAME}} is filled in from the secret store when it starts; "
+            "nothing else of this process's environment reaches it."
+        ),
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -232,3 +327,61 @@ class Secret(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ModelPrice(models.Model):
+    """List prices of a model, or of every model a glob pattern names.
+
+    A run takes the most specific price of its model when it starts (an exact
+    name before a pattern, then the longer pattern) and keeps it; edits apply
+    from the next run on. A model no price names has no cost ("cost unknown").
+    """
+
+    pattern = models.CharField(
+        max_length=200,
+        unique=True,
+        help_text="A model name (gpt-4o) or a glob pattern (gpt-4.1-mini*, "
+        "claude-3-5-sonnet*), matched without regard to case.",
+    )
+    input_usd_per_m = models.DecimalField(
+        "input (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        validators=[MinValueValidator(0)],
+    )
+    cached_input_usd_per_m = models.DecimalField(
+        "cached input (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Prompt tokens served from the endpoint's cache. Blank: the "
+        "input price.",
+    )
+    output_usd_per_m = models.DecimalField(
+        "output (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        validators=[MinValueValidator(0)],
+    )
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pattern"]
+
+    def __str__(self) -> str:
+        return self.pattern
+
+    def price(self) -> EnginePrice:
+        return EnginePrice(
+            pattern=self.pattern,
+            input_per_m=float(self.input_usd_per_m),
+            output_per_m=float(self.output_usd_per_m),
+            cached_input_per_m=(
+                float(self.cached_input_usd_per_m)
+                if self.cached_input_usd_per_m is not None
+                else None
+            ),
+        )

@@ -43,6 +43,7 @@ TOOL_FIELD_SECTIONS: dict[str, ToolSection] = {
     "result_fields": ToolSection.EXECUTION,
     "cache_ttl_s": ToolSection.EXECUTION,
     "rate_limit_per_min": ToolSection.EXECUTION,
+    "max_calls_per_run": ToolSection.EXECUTION,
     "preview_template": ToolSection.POLICY,
     "tags": ToolSection.METADATA,
     "enabled": ToolSection.POLICY,

@@ -15,14 +15,18 @@ from audit.services import audit_append
 from engine.canonical import canonical_json
 from engine.json_input import json_problem
 from engine.planning import check_definition, check_parameters_schema, check_tool_name
+from engine.pricing import PRICE_KEY, ModelPrice, price_for
+from engine.routing import ROUTE_KEY, ROUTING_KEY, Route, Routing
 from engine.safe_eval import EvaluationError, validate_rule
 from engine.spec import AgentSnapshot, Handler, Toolbox, ToolSpec
+from registry import access
 
 # The module, not its names: registry.adapters.mcp imports this module too.
 from registry.adapters import mcp as mcp_adapter
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.handlers import get_handler, handler_names
 from registry.models import Agent, MCPServer, Tool, ToolVersion
+from registry.models import ModelPrice as PriceRow
 from registry.payloads import TOOL_FIELDS, tool_definition
 
 #: Fields whose change makes a new version: the public definition (API.md) and
@@ -224,8 +228,17 @@ def spec_for(tool: Tool) -> ToolSpec:
     return spec
 
 
-def agent_snapshot_of(agent: Agent) -> AgentSnapshot:
-    """The agent as a run will use it: instructions, model, limits and tools."""
+def agent_snapshot_of(agent: Agent, *, user: Any = None) -> AgentSnapshot:
+    """The agent as a run will use it: instructions, model, limits and tools.
+
+    With ``user`` (the run's owner) only the tools that user may use are in it
+    (:mod:`registry.access`): the run offers the model nothing else, and a call
+    of any other tool is planned as a call of an unknown tool.
+    """
+    tools = agent.offered_tools()
+    if user is not None:
+        tools = access.usable_tools(user, tools)
+    routing = agent.routing()
     return AgentSnapshot(
         name=agent.name,
         model=agent.effective_model,
@@ -233,14 +246,54 @@ def agent_snapshot_of(agent: Agent) -> AgentSnapshot:
         limits=agent.limits(),
         tools=tuple(
             tool_definition(t) | {"leaves_house": spec_for(t).leaves_house}
-            for t in agent.offered_tools()
+            for t in tools
         ),
+        extra={ROUTING_KEY: routing.to_json()} if routing is not None else {},
     )
 
 
-def agent_snapshot(agent: Agent) -> dict[str, Any]:
+def model_price(model: str) -> ModelPrice | None:
+    """The price table's most specific price for ``model`` (one query)."""
+    return price_for(model, (row.price() for row in PriceRow.objects.all()))
+
+
+def snapshot_priced(snapshot: AgentSnapshot) -> AgentSnapshot:
+    """``snapshot`` with the price of its model, which the run keeps (read once,
+    when it starts: no step of it reads the price table)."""
+    price = model_price(snapshot.model)
+    extra = {k: v for k, v in snapshot.extra.items() if k != PRICE_KEY}
+    if price is not None:
+        extra[PRICE_KEY] = price.to_json()
+    return snapshot.replace(extra=extra)
+
+
+def snapshot_routed(
+    snapshot: AgentSnapshot, text: str
+) -> tuple[AgentSnapshot, Route | None]:
+    """Route a turn by rules (engine.routing) when it starts: the snapshot keeps
+    only the tools of the toolsets ``text`` names and records the route.
+
+    Returns the route, or None when the agent has no toolsets or the run is to
+    ask the model first (the snapshot then keeps every candidate tool).
+    """
+    routing = Routing.from_json(snapshot.extra.get(ROUTING_KEY))
+    if routing is None:
+        return snapshot, None
+    route = routing.at_start(text)
+    if route is None:
+        return snapshot, None
+    return (
+        snapshot.replace(
+            tools=routing.definitions(route, snapshot.tools),
+            extra={**snapshot.extra, ROUTE_KEY: route.to_json()},
+        ),
+        route,
+    )
+
+
+def agent_snapshot(agent: Agent, *, user: Any = None) -> dict[str, Any]:
     """:func:`agent_snapshot_of` as a task records it (``Task.agent_snapshot``)."""
-    return agent_snapshot_of(agent).to_json()
+    return agent_snapshot_of(agent, user=user).to_json()
 
 
 #: The spec of a recorded tool definition (one definition: the engine's).
@@ -284,6 +337,7 @@ _DEFINITION_TYPES: dict[str, tuple[type, ...]] = {
     "result_fields": (list,),
     "cache_ttl_s": (int,),
     "rate_limit_per_min": (int,),
+    "max_calls_per_run": (int,),
     "preview_template": (str,),
     "tags": (list,),
     "enabled": (bool,),

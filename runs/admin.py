@@ -1,18 +1,60 @@
-"""Admin views of runs: read-only tasks, conversations and API tokens."""
+"""Admin views of runs: read-only tasks, conversations and API tokens; the
+users' daily budgets (editable)."""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
 
+from django.contrib import admin
+from django.http import HttpRequest
+
+from audit.models import AuditKind
+from audit.services import audit_append
+from engine.pricing import format_usd
 from registry.admin import ReadOnlyAdmin
-from runs.models import ApiToken, Conversation, Task
+from runs.models import ApiToken, Conversation, DailyBudget, Task
 
 
 @admin.register(Task)
 class TaskAdmin(ReadOnlyAdmin):
-    list_display = ("goal", "owner", "agent", "status", "stop_reason", "created_at")
-    list_filter = ("status", "stop_reason", "agent")
+    list_display = (
+        "goal",
+        "owner",
+        "agent",
+        "status",
+        "stop_reason",
+        "intent",
+        "cost",
+        "created_at",
+    )
+    list_filter = ("status", "stop_reason", "agent", "intent")
     search_fields = ("goal", "final_answer")
+
+    @admin.display(description="cost", ordering="cost_usd")
+    def cost(self, obj: Task) -> str:
+        return format_usd(obj.cost_usd)
+
+
+@admin.register(DailyBudget)
+class DailyBudgetAdmin(admin.ModelAdmin):
+    """What each user may spend per day; the row without a user is the default."""
+
+    list_display = ("__str__", "max_cost_usd", "max_tokens", "note", "updated_at")
+    list_select_related = ("user",)
+    autocomplete_fields = ("user",)
+    search_fields = ("user__username", "note")
+
+    def save_model(
+        self, request: HttpRequest, obj: DailyBudget, form: Any, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        audit_append(
+            kind=AuditKind.BUDGET_CHANGED,
+            actor=request.user,
+            object_type="daily_budget",
+            object_id=obj.user.get_username() if obj.user is not None else "default",
+            data={"max_cost_usd": obj.max_cost_usd, "max_tokens": obj.max_tokens},
+        )
 
 
 @admin.register(Conversation)

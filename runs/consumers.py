@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 
+from engine.spec import FINAL_TASK_STATUSES
 from infra.push import task_group, user_group
 from runs.api.auth import token_group, token_user
 from runs.events import changes_since
@@ -158,16 +159,33 @@ class TaskConsumer(ReachConsumer):
             return False
         # Read before joining the group; what changes in between is sent on connect.
         self.cursor, self.status_sent = head
+        after = resume_point(self.scope)
+        if after is not None and after < self.cursor:
+            # The client says at connect what it has (``?after=R``): everything
+            # newer is sent on connect, then live, all in rev order. (A ``resume``
+            # message after connect can only come after live frames newer than it.)
+            self.cursor, self.status_sent = after, ""
         self._sending = asyncio.Lock()
         return True
 
     def groups_for(self, user: Any) -> list[str]:
         return [task_group(self.task_id)]
 
+    #: Seconds between re-reads of a live task: a push lost while Redis was down
+    #: is caught up within this, even when the task never changes again.
+    RESYNC_S = 5.0
+    _resyncing: asyncio.Future[None] | None = None
+
     async def connect(self) -> None:
         await super().connect()
         if self.groups_joined:
             await self.send_changes()
+            self._resyncing = asyncio.ensure_future(self._resync())
+
+    async def _resync(self) -> None:
+        while not self._refused and self.status_sent not in FINAL_TASK_STATUSES:
+            await asyncio.sleep(self.RESYNC_S)
+            await self.reach_changed({})
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict) or content.get("type") != "resume":
@@ -216,6 +234,8 @@ class TaskConsumer(ReachConsumer):
     async def disconnect(self, code: int) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
+        if self._resyncing is not None:
+            self._resyncing.cancel()
         await super().disconnect(code)
 
     async def send_pushed(self, message: dict[str, Any]) -> bool:
@@ -264,6 +284,19 @@ class TaskConsumer(ReachConsumer):
                 await self.send_json(changes.task)
             self.status_sent = changes.status
             self.cursor = max(self.cursor, changes.cursor)
+
+
+def resume_point(scope: dict[str, Any]) -> int | None:
+    """``after`` from the socket URL's query string (``/ws/tasks/<id>/?after=R``),
+    or None when it is absent or not a whole number >= 0."""
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("after")
+    if not values:
+        return None
+    try:
+        after = int(values[-1])
+    except ValueError:
+        return None
+    return after if after >= 0 else None
 
 
 def _watchable_head(user: Any, task_id: str) -> tuple[int, str] | None:

@@ -11,6 +11,8 @@ import uuid
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
 
@@ -94,6 +96,11 @@ class Task(models.Model):
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     total_tokens = models.PositiveIntegerField(default=0)
+    # Model calls whose tokens were estimated (the endpoint reported none).
+    estimated_calls = models.PositiveIntegerField(default=0)
+    # USD of the run's own model calls at its price; null when its model has
+    # no price (cost unknown, never 0). Summed by the same bump as the tokens.
+    cost_usd = models.FloatField(null=True, blank=True)
     step_count = models.PositiveIntegerField(default=0)
     rev = models.PositiveBigIntegerField(default=0)
     # The lease: who drives the run, under which epoch, until when.
@@ -113,6 +120,10 @@ class Task(models.Model):
     )
     parent_seq = models.PositiveIntegerField(null=True, blank=True)
     origin = models.JSONField(null=True, blank=True)
+    # The route of the turn (engine.routing): its toolsets' tags joined by "+",
+    # "none" or "general"; null when the agent has no toolsets (or until the
+    # run's routing call chose).
+    intent = models.CharField(max_length=200, null=True, blank=True, db_index=True)
     # An evaluation run: its report, case and run number, and what its tools
     # answer (engine.evaluation.EvalCase). Null for every other task.
     eval_case = models.JSONField(null=True, blank=True)
@@ -152,6 +163,11 @@ class Task(models.Model):
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+
+    @property
+    def usage_estimated(self) -> bool:
+        """Some of its tokens are estimates (the endpoint reported no usage)."""
+        return bool(self.estimated_calls)
 
     @property
     def duration_s(self) -> float | None:
@@ -194,6 +210,8 @@ class Step(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # A model call's cost (USD) at the run's price; null: unknown or no model call.
+    cost_usd = models.FloatField(null=True, blank=True)
 
     class Meta:
         db_table = "agents_step"
@@ -238,6 +256,7 @@ class Step(models.Model):
             started_at=self.started_at,
             finished_at=self.finished_at,
             detail=dict(self.detail or {}),
+            cost_usd=self.cost_usd,
             rev=self.rev,
         )
 
@@ -255,6 +274,55 @@ class Step(models.Model):
             if hasattr(value, "value") and name in ("kind", "status"):
                 value = value.value
             setattr(self, name, value)
+
+
+class DailyBudget(models.Model):
+    """What a user may spend per day (USD, tokens or both); the row without a
+    user is everyone's who has no row of their own.
+
+    A day runs from midnight to midnight in ``TIME_ZONE``; a new message is
+    refused (429, saying when the budget resets) once the day's runs of the
+    user cost or used this much. Runs already going finish.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="daily_budget",
+        help_text="Blank: the default budget of every user without their own.",
+    )
+    max_cost_usd = models.FloatField(
+        "max cost per day (USD)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0)],
+        help_text="Blank: no limit in USD. Runs of unpriced models add nothing.",
+    )
+    max_tokens = models.PositiveBigIntegerField(
+        "max tokens per day",
+        null=True,
+        blank=True,
+        help_text="Blank: no limit in tokens (estimated tokens count too).",
+    )
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["user__username"]
+
+    def __str__(self) -> str:
+        who = self.user.get_username() if self.user else "everyone (default)"
+        return f"daily budget of {who}"
+
+    def clean(self) -> None:
+        if self.user_id is None:
+            others = DailyBudget.objects.filter(user__isnull=True).exclude(pk=self.pk)
+            if others.exists():
+                raise ValidationError(
+                    {"user": "There is a default budget already; edit that one."}
+                )
 
 
 class ApiToken(models.Model):

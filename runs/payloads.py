@@ -29,6 +29,7 @@ STEP_KEYS = (
     "started_at",
     "finished_at",
     "duration_ms",
+    "cost_usd",
 )
 
 
@@ -63,7 +64,14 @@ def step_payload(step: Step) -> dict[str, Any]:
         "parent_seq": step.parent_seq,
         "call_index": step.call_index,
         "detail": _public_detail(step.detail or {}),
+        # USD at the run's price; null when unknown (no price) or no model call.
+        "cost_usd": usd(step.cost_usd),
     }
+
+
+def usd(value: float | None) -> float | None:
+    """A cost as the API shows it: rounded to 1e-8 USD; None stays unknown."""
+    return round(value, 8) if value is not None else None
 
 
 def _public_detail(detail: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +105,12 @@ def task_payload(task: Task) -> dict[str, Any]:
         "tainted_by": task.tainted_by or [],
         "origin": _origin_summary(task.origin),
         "rev": task.rev,
+        # The cost of its own model calls (USD); null: its model has no price.
+        "cost_usd": usd(task.cost_usd),
+        # Some of its tokens are estimates (the endpoint reported no usage).
+        "usage_estimated": task.usage_estimated,
+        # The route of the turn; null when the agent has no toolsets.
+        "intent": task.intent,
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from registry.access import usable_agents
 from registry.models import Agent
 from runs.models import Conversation, Task
 from runs.permissions import can_audit
@@ -47,9 +48,11 @@ def visible_task(user: Any, task_id: Any) -> Task | None:
     )
 
 
-def default_agent() -> Agent | None:
-    """The agent a new conversation talks to when none is named."""
-    return Agent.objects.filter(is_default=True).first() or Agent.objects.first()
+def default_agent(user: Any = None) -> Agent | None:
+    """The agent a new conversation talks to when none is named: the default one,
+    else the first; with ``user``, of the agents that user may use."""
+    agents = Agent.objects.all() if user is None else usable_agents(user)
+    return agents.filter(is_default=True).first() or agents.first()
 
 
 def filter_equal(

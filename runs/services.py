@@ -23,21 +23,30 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from audit.models import AuditKind
-from audit.services import audit_task
+from audit.services import audit_append, audit_task
 from engine.canonical import dumps
 from engine.evaluation import EvalCase, eval_toolbox
 from engine.loop import Control, Engine, LeaseLost, Outcome, RunSnapshot
 from engine.model_client import ModelClient, ModelError, UnavailableModel
+from engine.pricing import snapshot_price
+from engine.routing import ROUTE_KEY, ROUTING_KEY, Route, Routing
 from engine.spec import (
     FINAL_TASK_STATUSES,
     AgentSnapshot,
+    DetailKey,
     ErrorClass,
     Limits,
     StepDetail,
@@ -51,13 +60,19 @@ from engine.spec import (
     taint_label,
 )
 from infra import runtime
-from infra.logging import current_task_id
-from registry.services import agent_snapshot_of, toolbox_for_snapshot
+from infra.logging import current_intent, current_task_id
+from registry.services import (
+    agent_snapshot_of,
+    snapshot_priced,
+    snapshot_routed,
+    toolbox_for_snapshot,
+)
 from runs import counters, ports
 from runs import events as notify
 
 # The module, not its names: runs.tasks imports this module too.
 from runs import tasks as celery_tasks
+from runs.budgets import DailyBudgetExceeded, budget_check
 from runs.models import Conversation, Message, Step, Task
 
 log = logging.getLogger(__name__)
@@ -116,10 +131,20 @@ def task_start(
     parent_seq: int | None = None,
     model: str | None = None,
     eval_case: dict[str, Any] | None = None,
+    enforce_budget: bool = False,
+    routed: bool = True,
 ) -> Task:
     """Record the user's message and a new task for it; enqueue it after commit.
 
     ``eval_case`` marks an evaluation run (see :mod:`engine.evaluation`).
+    ``enforce_budget`` refuses the message with :class:`DailyBudgetExceeded`
+    when the owner's daily budget is used up (a user's own message; forks,
+    retries and evaluations are operators' and are not refused). ``routed``
+    False offers every tool whatever the agent's toolsets (a call that names
+    its tool, as the MCP gateway's do).
+
+    The run's price is read here, once, into its snapshot; so is its route
+    when the agent's toolset rules pick one (:mod:`engine.routing`).
     """
     # What the user typed is recorded and sent to the model: secrets are not.
     content = runtime.redactor().text(content.strip())
@@ -129,6 +154,19 @@ def task_start(
         raise ValueError(
             f"The message is longer than {settings.REACH_MAX_MESSAGE_CHARS} characters."
         )
+    if enforce_budget:
+        try:
+            budget_check(user=conversation.owner)
+        except DailyBudgetExceeded as refused:
+            # Outside any transaction of the refused message: the audit stays.
+            audit_append(
+                kind=AuditKind.BUDGET_DAILY_REFUSED,
+                actor=conversation.owner,
+                object_type="user",
+                object_id=conversation.owner.get_username(),
+                data=refused.status.as_json(),
+            )
+            raise
     with transaction.atomic():
         # Lock the conversation: one active task per conversation.
         conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
@@ -141,9 +179,17 @@ def task_start(
                 "This conversation holds an imported trace; it is read-only."
             )
         now = timezone.now()
-        snapshot = agent_snapshot_of(conversation.agent)
+        snapshot = agent_snapshot_of(conversation.agent, user=conversation.owner)
         if model:
             snapshot = snapshot.replace(model=model)
+        snapshot = snapshot_priced(snapshot)
+        route: Route | None = None
+        if routed:
+            snapshot, route = snapshot_routed(snapshot, content)
+        else:
+            snapshot = snapshot.replace(
+                extra={k: v for k, v in snapshot.extra.items() if k != ROUTING_KEY}
+            )
         taint = _history_taint(conversation)
         if parent is not None:
             for source in parent.tainted_by or []:
@@ -161,6 +207,9 @@ def task_start(
             parent=parent,
             parent_seq=parent_seq,
             eval_case=eval_case,
+            # Unknown (null) for a model without a price: its steps add to null.
+            cost_usd=0.0 if snapshot_price(snapshot.extra) is not None else None,
+            intent=route.intent if route is not None else None,
             created_at=now,
             updated_at=now,
         )
@@ -186,7 +235,8 @@ def task_start(
             AuditKind.TASK_STARTED,
             task_id=task.pk,
             actor=conversation.owner,
-            data={"agent": conversation.agent.name, "model": task.model},
+            data={"agent": conversation.agent.name, "model": task.model}
+            | ({"intent": task.intent} if task.intent else {}),
         )
         enqueue_advance(task.pk)
         notify.task_changed_on_commit(task.pk)
@@ -274,8 +324,22 @@ def _finish_task(
         actor="system",
         data={"status": task.status, "stop_reason": task.stop_reason},
     )
+    if reason is StopReason.COST_BUDGET:
+        audit_task(
+            AuditKind.BUDGET_RUN_EXCEEDED,
+            task_id=task.pk,
+            actor="system",
+            data={"cost_usd": task.cost_usd, "max_cost_usd": _max_cost_of(task)},
+        )
     counters.count_task_finished_on_commit(task)
     ports.task_finished(task=task)
+
+
+def _max_cost_of(task: Task) -> float | None:
+    """The cost budget the run had (read only when it stopped the run)."""
+    recorded = Task.objects.filter(pk=task.pk).values_list("agent_snapshot", flat=True)
+    snapshot = AgentSnapshot.from_json(recorded.first())
+    return snapshot.limits.max_cost_usd if snapshot.limits is not None else None
 
 
 def _reason_text(reason: StopReason) -> str:
@@ -423,14 +487,37 @@ def steps_insert(
     if not records:
         return []
     usage = [0, 0, 0]
+    cost = 0.0
+    estimated = 0
+    route: Route | None = None
     for record in records:
         if record.kind is StepKind.MODEL_CALL and record.usage:
             usage[0] += record.usage.get("prompt_tokens", 0)
             usage[1] += record.usage.get("completion_tokens", 0)
             usage[2] += record.usage.get("total_tokens", 0)
+            estimated += 1 if record.usage.get("estimated") else 0
+        if record.kind is StepKind.MODEL_CALL:
+            if DetailKey.COPIED_FROM not in record.detail:
+                # A copy (a fork's) was paid for by the run it was copied from.
+                cost += record.cost_usd or 0.0
+            if DetailKey.ROUTE in record.detail:
+                route = Route.from_json(record.detail[DetailKey.ROUTE])
     now = timezone.now()
-    last = _bump(task, lease, now, count=len(records), usage=usage, steps=len(records))
+    last = _bump(
+        task,
+        lease,
+        now,
+        count=len(records),
+        usage=usage,
+        steps=len(records),
+        cost=cost,
+        estimated=estimated,
+    )
     first = last - len(records) + 1
+    if route is not None:
+        # The run's routing call chose (once per run): the task shows its intent.
+        task.intent = route.intent
+        Task.objects.filter(pk=task.pk).update(intent=route.intent)
     rows = []
     for offset, record in enumerate(records):
         row = Step(task_id=task.pk, seq=record.seq, rev=first + offset)
@@ -444,6 +531,15 @@ def steps_insert(
     for row in rows:
         if row.status == StepStatus.WAITING_APPROVAL:
             ports.approvals().open(task=task, step=row)
+        elif row.error_class == ErrorClass.TOOL_CALL_LIMIT and (
+            DetailKey.COPIED_FROM not in row.detail
+        ):
+            audit_task(
+                AuditKind.TOOL_CALL_LIMITED,
+                task_id=task.pk,
+                actor="system",
+                data={"tool": row.tool, "seq": row.seq},
+            )
     if lease is None:
         notify.task_changed_on_commit(task.pk)
     else:
@@ -508,9 +604,13 @@ def _bump(
     count: int = 1,
     usage: Sequence[int] = (0, 0, 0),
     steps: int = 0,
+    cost: float = 0.0,
+    estimated: int = 0,
 ) -> int:
-    """Bump the task's rev by ``count`` (and its token and step counters) and set
-    its ``updated_at`` to ``now``, in one statement; return the new rev.
+    """Bump the task's rev by ``count`` (and its token, step, cost and estimate
+    counters) and set its ``updated_at`` to ``now``, in one statement; return the
+    new rev. A task whose cost is unknown (null) stays unknown: null plus a cost
+    is null in SQL.
 
     With a lease the UPDATE is the fence: it matches only under the same owner
     and epoch while the run is running. Either way it locks the row (PostgreSQL)
@@ -519,7 +619,7 @@ def _bump(
     """
     param = _task_pk_param(task.pk)
     updated_at = Task._meta.get_field("updated_at").get_db_prep_save(now, connection)
-    params = [count, *usage, steps, updated_at, param]
+    params = [count, *usage, steps, cost, estimated, updated_at, param]
     if lease is not None:
         params += [lease.owner, lease.epoch, TaskStatus.RUNNING.value]
     with connection.cursor() as cursor:
@@ -530,13 +630,24 @@ def _bump(
             raise LeaseLost(str(task.pk))
         raise Task.DoesNotExist(str(task.pk))
     for name, value in zip(_BUMPED, row, strict=True):
-        setattr(task, name, int(value))
+        if name == "cost_usd":
+            setattr(task, name, float(value) if value is not None else None)
+        else:
+            setattr(task, name, int(value))
     task.updated_at = now
     return task.rev
 
 
 #: The task's counters a bump adds to and returns, in order.
-_BUMPED = ("rev", "prompt_tokens", "completion_tokens", "total_tokens", "step_count")
+_BUMPED = (
+    "rev",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "step_count",
+    "cost_usd",
+    "estimated_calls",
+)
 
 
 # -- the journal -------------------------------------------------------------------
@@ -636,6 +747,9 @@ class DjangoJournal:
         with _write_transaction():
             rows = steps_insert(task=self._task, records=steps, lease=self._lease)
             self._step_pks.update((row.seq, row.pk) for row in rows)
+        if self._task.intent and current_intent.get() != self._task.intent:
+            # The routing call chose: the run's later log lines carry it.
+            current_intent.set(self._task.intent)
         return [row.record() for row in rows]
 
     def update(self, step: StepRecord) -> StepRecord:
@@ -895,6 +1009,7 @@ def task_advance(*, task_id: Any) -> str:
         return "not-claimed"
     token = current_task_id.set(str(task_id))
     task = Task.objects.select_related("agent").get(pk=task_id)
+    intent_token = current_intent.set(task.intent)
     journal = DjangoJournal(task, owner=owner, epoch=epoch)
     _heartbeat.add(str(task.pk), owner, epoch)
     try:
@@ -904,6 +1019,18 @@ def task_advance(*, task_id: Any) -> str:
     except LeaseLost:
         log.info("lease of task %s was taken over; stopping", task_id)
         return "lease-lost"
+    except (OperationalError, InterfaceError):
+        # The database connection went away mid-run: not the run's fault. Drop
+        # the connection and let the run go on from its last committed step
+        # (another claim after the lease, or the reaper).
+        log.warning("task %s lost its database connection; retrying", task_id)
+        connection.close()
+        with contextlib.suppress(OperationalError, InterfaceError):
+            Task.objects.filter(
+                pk=task_id, lease_owner=owner, lease_epoch=epoch
+            ).update(lease_expires_at=timezone.now())
+            enqueue_advance(task_id, countdown=1)
+        return "database-lost"
     except Exception as exc:  # noqa: BLE001 - record, never leave it running
         log.exception("task %s failed with an internal error", task_id)
         with contextlib.suppress(LeaseLost):
@@ -915,6 +1042,7 @@ def task_advance(*, task_id: Any) -> str:
         return "internal-error"
     finally:
         _heartbeat.remove(str(task.pk))
+        current_intent.reset(intent_token)
         current_task_id.reset(token)
 
 
@@ -926,6 +1054,10 @@ def build_engine(task: Task) -> Engine:
         toolbox = eval_toolbox(toolbox, case)
     # A plugged provider answers some runs itself (the MCP gateway's one-call runs).
     client: ModelClient | None = ports.model_for(snapshot=snapshot)
+    routing: Routing | None = None
+    if client is None and ROUTE_KEY not in snapshot.extra:
+        # No rule chose when it started: its first step asks the model.
+        routing = Routing.from_json(snapshot.extra.get(ROUTING_KEY))
     if client is None:
         try:
             client = runtime.model_client()
@@ -942,6 +1074,8 @@ def build_engine(task: Task) -> Engine:
         limits=run_limits(task, snapshot=snapshot),
         redactor=runtime.redactor(),
         model_pool=runtime.model_pool(),
+        price=snapshot_price(snapshot.extra),
+        routing=routing,
     )
 
 

@@ -6,14 +6,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from registry.access import may_use_agent, offered_tools_for, usable_agents
 from registry.models import Agent
 from runs import selectors
 from runs import services as runs
+from runs.budgets import budget_status
 from runs.models import Conversation, Message, Step, Task
 
 
@@ -62,7 +65,10 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
         conversation = selectors.own_conversation(request.user, conversation_id)
         if conversation is None:
             raise Http404("No such conversation.")
-    agent = conversation.agent if conversation else selectors.default_agent()
+    agent = (
+        conversation.agent if conversation else selectors.default_agent(request.user)
+    )
+    usable = agent is not None and may_use_agent(request.user, agent)
     turns = conversation_turns(conversation) if conversation else []
     active = next(
         (t.task for t in reversed(turns) if t.task and not t.task.is_final), None
@@ -75,8 +81,14 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
             "conversation": conversation,
             "turns": turns,
             "agent": agent,
-            "agents": Agent.objects.order_by("name"),
+            "agents": usable_agents(request.user).order_by("name"),
+            "agent_usable": usable,
+            "offered_tools": (
+                offered_tools_for(agent, request.user) if agent and usable else []
+            ),
             "active_task": active,
+            # The user's daily budget, when one applies (what the composer says).
+            "budget": budget_status(user=request.user) if agent and usable else None,
         },
     )
 
@@ -86,9 +98,13 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
 def conversation_new(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("agent", "")
     agent = (
-        Agent.objects.filter(name=name).first() if name else selectors.default_agent()
+        Agent.objects.filter(name=name).first()
+        if name
+        else selectors.default_agent(request.user)
     )
     if agent is None:
         raise Http404("No agent is configured.")
+    if not may_use_agent(request.user, agent):
+        raise PermissionDenied(f"You may not use the agent '{agent.name}'.")
     conversation = runs.conversation_create(owner=request.user, agent=agent)
     return redirect("conversation", conversation_id=conversation.pk)

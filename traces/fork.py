@@ -34,7 +34,7 @@ from engine.spec import (
 from infra.runtime import redactor
 from runs import events as notify
 from runs import services as runs
-from runs.models import Step, Task
+from runs.models import Conversation, Step, Task
 
 
 class ForkError(Exception):
@@ -99,9 +99,12 @@ def task_fork(
     from_seq: int,
     arguments: dict[str, Any] | None = None,
     model: str | None = None,
+    conversation: Conversation | None = None,
 ) -> Task:
     """Create and enqueue a fork of ``task`` from step ``from_seq``.
 
+    The fork lives in a new conversation of ``user``, or in ``conversation`` when
+    given (a retry in the run's own conversation: the fork is then its owner's).
     Raises :class:`ForkError` (400 for a bad request, 409 for a task that is
     imported or not finished). Edited arguments that fail the tool's schema are
     refused with 400 rather than handed to the model as a failed call.
@@ -109,7 +112,8 @@ def task_fork(
     steps, target = _check(task, from_seq, arguments, model)
     model_name = (model or "").strip() or task.model
     with transaction.atomic():
-        conversation = runs.conversation_create(owner=user, agent=task.agent)
+        if conversation is None:
+            conversation = runs.conversation_create(owner=user, agent=task.agent)
         fork = runs.task_start(
             conversation=conversation,
             content=task.goal,

@@ -10,6 +10,7 @@ and rendered escaped like everything else.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -350,6 +351,16 @@ def _usage(task: Mapping[str, Any]) -> tuple[int, int, int]:
     return prompt, completion, int(usage.get("total_tokens") or prompt + completion)
 
 
+def _cost(value: Any) -> float | None:
+    """A recorded cost (USD) as stored: a finite, non-negative number, else
+    unknown (None)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0 or value > 1e12:
+        return None
+    return float(value)
+
+
 def _agent_for(name: Any) -> Agent:
     agent = (
         Agent.objects.filter(name=name).first() if isinstance(name, str) else None
@@ -424,6 +435,13 @@ def trace_import(*, document: Any, user: Any) -> Task:
                 step_count=len(steps_doc),
                 rev=len(steps_doc),
                 tainted_by=list(source.get("tainted_by") or []),
+                # What it cost where it ran (null: unknown there too).
+                cost_usd=_cost(source.get("cost_usd")),
+                intent=(
+                    source["intent"][:200]
+                    if isinstance(source.get("intent"), str)
+                    else None
+                ),
                 # Read as any snapshot is: unknown limits dropped, missing ones
                 # defaulted.
                 agent_snapshot=AgentSnapshot.from_json(
@@ -523,6 +541,7 @@ def _steps(task: Task, steps_doc: list[dict[str, Any]], old_id: str) -> list[Ste
                 detail=dict(data.get("detail") or {}),
                 started_at=_parse_time(data.get("started_at")),
                 finished_at=_parse_time(data.get("finished_at")),
+                cost_usd=_cost(data.get("cost_usd")),
             )
         )
     return rows

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.pricing import snapshot_price
 from engine.replay import RecordedRun, RerunResult, policy_decision, rerun
+from engine.routing import ROUTE_KEY, ROUTING_KEY, Routing
 from engine.spec import AgentSnapshot, ToolSpec
 from infra import runtime
 from registry.models import Tool
@@ -71,6 +73,13 @@ def recorded_run(task: Any) -> RecordedRun:
         stop_reason=task.stop_reason,
         history=run_history(task, snapshot=snapshot),
         inherited_taint=inherited_taint(task),
+        price=snapshot_price(snapshot.extra),
+        # A run no rule routed asked the model first: its re-run does too.
+        routing=(
+            Routing.from_json(snapshot.extra.get(ROUTING_KEY))
+            if ROUTE_KEY not in snapshot.extra
+            else None
+        ),
     )
 
 

@@ -107,6 +107,85 @@ def tokens_per_model_per_day(
     return days, sorted(models), tokens
 
 
+def cost_per_model_per_day(
+    tasks: QuerySet[Task],
+) -> tuple[list[str], list[str], dict[tuple[str, str], float | None]]:
+    """(days, models, USD by (day, model)); None where no run of that model that
+    day had a price (cost unknown, not $0)."""
+    rows = (
+        tasks.annotate(day=TruncDate("created_at"))
+        .values("day", "model")
+        .annotate(cost=Sum("cost_usd"), priced=Count("cost_usd"))
+        .order_by("day", "model")
+    )
+    cost: dict[tuple[str, str], float | None] = {}
+    days: list[str] = []
+    models: list[str] = []
+    for row in rows:
+        day = row["day"].isoformat()
+        if day not in days:
+            days.append(day)
+        if row["model"] not in models:
+            models.append(row["model"])
+        cost[(day, row["model"])] = float(row["cost"] or 0.0) if row["priced"] else None
+    return days, sorted(models), cost
+
+
+@dataclass(frozen=True)
+class UserCost:
+    user: str
+    runs: int
+    tokens: int
+    #: None when none of the user's runs had a price.
+    cost_usd: float | None
+    unpriced_runs: int
+
+
+def top_users(tasks: QuerySet[Task], limit: int = 10) -> list[UserCost]:
+    """The users whose runs cost the most (then used the most tokens)."""
+    rows = (
+        tasks.values("owner__username")
+        .annotate(
+            runs=Count("id"),
+            tokens=Sum("total_tokens"),
+            cost=Sum("cost_usd"),
+            priced=Count("cost_usd"),
+        )
+        .order_by()
+    )
+    users = [
+        UserCost(
+            user=str(r["owner__username"]),
+            runs=int(r["runs"]),
+            tokens=int(r["tokens"] or 0),
+            cost_usd=float(r["cost"]) if r["cost"] is not None else None,
+            unpriced_runs=int(r["runs"]) - int(r["priced"]),
+        )
+        for r in rows
+    ]
+    users.sort(key=lambda u: (-(u.cost_usd or 0.0), -u.tokens, u.user))
+    return users[:limit]
+
+
+def runs_per_intent(tasks: QuerySet[Task]) -> list[tuple[str, int, float | None]]:
+    """(intent, runs, USD or None when unknown) of the routed runs, most runs
+    first."""
+    rows = (
+        tasks.exclude(intent=None)
+        .values("intent")
+        .annotate(n=Count("id"), cost=Sum("cost_usd"))
+        .order_by("-n", "intent")
+    )
+    return [
+        (
+            str(r["intent"]),
+            int(r["n"]),
+            float(r["cost"]) if r["cost"] is not None else None,
+        )
+        for r in rows
+    ]
+
+
 def stop_reasons(tasks: QuerySet[Task]) -> list[tuple[str, int]]:
     rows = (
         tasks.exclude(stop_reason=None)
@@ -158,5 +237,16 @@ def human_duration(seconds: float | None) -> str:
 
 
 def summary(tasks: QuerySet[Task]) -> dict[str, Any]:
-    totals = tasks.aggregate(runs=Count("id"), tokens=Sum("total_tokens"))
-    return {"runs": totals["runs"] or 0, "tokens": totals["tokens"] or 0}
+    totals = tasks.aggregate(
+        runs=Count("id"),
+        tokens=Sum("total_tokens"),
+        cost=Sum("cost_usd"),
+        priced=Count("cost_usd"),
+    )
+    runs = totals["runs"] or 0
+    return {
+        "runs": runs,
+        "tokens": totals["tokens"] or 0,
+        "cost_usd": float(totals["cost"] or 0.0) if totals["priced"] else None,
+        "unpriced_runs": runs - (totals["priced"] or 0),
+    }

@@ -21,6 +21,9 @@ from django.utils.dateparse import parse_datetime
 from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import approvals_shown
 from engine.canonical import dumps
+from engine.pricing import format_usd, snapshot_price
+from engine.routing import ROUTE_KEY, Route, recorded_route
+from engine.spec import AgentSnapshot
 from registry.models import Agent
 from runs.models import Message, Step, Task
 from runs.permissions import can_audit
@@ -40,6 +43,7 @@ FILTERS = (
     "tainted",
     "origin",
     "conversation",
+    "intent",
     "q",
 )
 PAGE_SIZE = 50
@@ -64,6 +68,7 @@ def filter_tasks(tasks: QuerySet[Task], params: Any) -> QuerySet[Task]:
             "stop_reason": "stop_reason",
             "agent": "agent__name",
             "user": "owner__username",
+            "intent": "intent",
         },
     )
     if params.get("tool"):
@@ -129,10 +134,19 @@ def trace_list(request: HttpRequest) -> HttpResponse:
             "stop_reasons": Task.StopReason.values,
             "agents": Agent.objects.order_by("name"),
             "tools": sorted(set(tools.values_list("tool", flat=True).distinct())),
+            "intents": intents_of(visible),
+            # What the runs listed cost (a conversation's, an agent's, a user's).
+            "totals": stats.summary(tasks.order_by()),
             "show_user": auditor,
             "can_import": auditor,
         },
     )
+
+
+def intents_of(tasks: QuerySet[Task]) -> list[str]:
+    """The intents (routes) ``tasks`` were given, for the filters."""
+    rows = tasks.exclude(intent=None).order_by().values_list("intent", flat=True)
+    return sorted({intent for intent in rows.distinct() if intent})
 
 
 # -- one trace ----------
@@ -163,19 +177,28 @@ def _facts(step: Step) -> list[tuple[str, str]]:
     attempts = step.attempts or []
     if step.kind == Step.Kind.MODEL_CALL:
         usage = step.usage or {}
+        tokens = (
+            f"{usage.get('prompt_tokens', 0)} prompt + "
+            f"{usage.get('completion_tokens', 0)} completion = "
+            f"{usage.get('total_tokens', 0)}"
+            if usage
+            else "—"
+        )
+        if usage.get("cached_tokens"):
+            tokens += f" ({usage['cached_tokens']} prompt tokens cached)"
+        if usage.get("estimated"):
+            tokens += " — estimated: the endpoint reported no usage"
         facts += [
             ("model", step.model or "—"),
             ("request id", step.request_id or "—"),
             ("latency", _ms(step.duration_ms)),
-            (
-                "tokens",
-                f"{usage.get('prompt_tokens', 0)} prompt + "
-                f"{usage.get('completion_tokens', 0)} completion = "
-                f"{usage.get('total_tokens', 0)}"
-                if usage
-                else "—",
-            ),
+            ("tokens", tokens),
+            ("cost", format_usd(step.cost_usd)),
         ]
+        route = (step.detail or {}).get("route")
+        if isinstance(route, dict):
+            chooser = "the model" if route.get("by") == "model" else route.get("by")
+            facts.append(("route", f"{route.get('intent')} (chosen by {chooser})"))
         if (step.detail or {}).get("finish_reason"):
             facts.append(("finish reason", str(step.detail["finish_reason"])))
     elif step.kind == Step.Kind.TOOL_CALL:
@@ -447,6 +470,11 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
         rows.append(row)
     span_s = _place(rows)
     lanes = max((r.lane for r in rows if r.step.started_at), default=0) + 1
+    snapshot = AgentSnapshot.from_json(task.agent_snapshot)
+    route = Route.from_json(snapshot.extra.get(ROUTE_KEY)) or recorded_route(
+        s.record() for s in steps
+    )
+    price = snapshot_price(snapshot.extra)
     return render(
         request,
         "traces/detail.html",
@@ -468,6 +496,11 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
             "can_rerun": task.is_final,
             "can_fork": task.is_final and not task.is_imported,
             "origin": task.origin or {},
+            "max_cost_usd": (
+                snapshot.limits.max_cost_usd if snapshot.limits is not None else None
+            ),
+            "route": route,
+            "price": price,
         },
     )
 
@@ -486,10 +519,13 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
         "until": until_text,
         "agent": request.GET.get("agent", ""),
         "user": request.GET.get("user", "") if can_audit(request.user) else "",
+        "intent": request.GET.get("intent", ""),
     }
     tasks = filter_tasks(visible_tasks(request.user), params)
     tools = stats.tool_stats(tasks)
     days, models, tokens = stats.tokens_per_model_per_day(tasks)
+    cost_days, cost_models, costs = stats.cost_per_model_per_day(tasks)
+    intents = stats.runs_per_intent(tasks)
     reasons = stats.stop_reasons(tasks)
     approvals = stats.approval_stats(tasks)
     approval_rows = [
@@ -527,6 +563,15 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
             [(day, [float(tokens.get((day, m), 0)) for m in models]) for day in days],
             series=models,
         ),
+        charts.column_chart(
+            "Cost per model per day (USD)",
+            [
+                (day, [float(costs.get((day, m)) or 0.0) for m in cost_models])
+                for day in cost_days
+            ],
+            series=cost_models,
+            fmt=format_usd,
+        ),
         charts.bar_chart(
             "Stop reasons",
             [(reason, [float(n)]) for reason, n in reasons],
@@ -548,6 +593,16 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
             series=["requests"],
         ),
     ]
+    if intents:
+        # Only for agents that route (the others have no intent).
+        chart_list.insert(
+            5,
+            charts.bar_chart(
+                "Runs per intent",
+                [(intent, [float(n)]) for intent, n, _ in intents],
+                series=["runs"],
+            ),
+        )
     return render(
         request,
         "traces/stats.html",
@@ -564,6 +619,14 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
             "median_decision": stats.human_duration(approvals.median_decision_s),
             "decided": approvals.decided,
             "summary": stats.summary(tasks),
+            "cost_models": cost_models,
+            "cost_rows": [
+                (day, [costs.get((day, m), None) for m in cost_models])
+                for day in cost_days
+            ],
+            "top_users": stats.top_users(tasks),
+            "intent_rows": intents,
+            "intents": intents_of(visible_tasks(request.user)),
             "filters": params,
             "agents": Agent.objects.order_by("name"),
             "show_user": can_audit(request.user),

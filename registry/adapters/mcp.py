@@ -45,6 +45,7 @@ from engine.spec import ApprovalMode, CallContext, Handler, Risk
 # The module, not its names: registry.services imports this module too.
 from registry import services as registry_services
 from registry.models import MCPServer, Tool
+from registry.secrets import secret_value
 
 if TYPE_CHECKING:
     # Type-only: the SDK takes ~1.9 s to import (see _open_client).
@@ -80,24 +81,102 @@ class MCPCallTimeout(ToolError):
 # -- configuration -----------------------------------------------------------------
 
 
+#: A variable name a stdio server's environment may set.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: ``{{secret:NAME}}`` in an environment value (the HTTP tools' header syntax).
+ENV_SECRET = re.compile(r"\{\{secret:([A-Za-z0-9_]+)\}\}")
+_ENV_SECRET_START = re.compile(r"\{\{\s*secret\s*:", re.I)
+#: What the SDK's safe environment provides; a server's settings may not replace it.
+_RESERVED_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM"})
+
+
+def env_errors(env: Any) -> list[str]:
+    """What is wrong with a stdio server's environment settings (none: valid).
+
+    ``env`` maps variable names to values; ``{{secret:NAME}}`` in a value is
+    filled in from the secret store (``REACH_SECRET_<NAME>`` wins) at start-up.
+    """
+    if not isinstance(env, Mapping):
+        return ['The environment is a JSON object: {"NAME": "value", ...}.']
+    errors = []
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            errors.append(f"{name!r} is not a variable name (letters, digits, _).")
+        elif name.upper() in _RESERVED_ENV:
+            errors.append(f"{name} comes from the safe default environment.")
+        if not isinstance(value, str):
+            errors.append(f"The value of {name} is a string.")
+        elif len(ENV_SECRET.findall(value)) != len(_ENV_SECRET_START.findall(value)):
+            errors.append(
+                f"The value of {name} has a malformed secret reference; write "
+                "{{secret:NAME}}."
+            )
+    return errors
+
+
+def env_secrets(env: Mapping[str, Any]) -> list[str]:
+    """Names of the secrets a server's environment references."""
+    names: list[str] = []
+    for value in env.values():
+        for name in ENV_SECRET.findall(str(value)):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _resolved_env(
+    env: Mapping[str, Any],
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The environment with its secrets filled in, and the secrets not found."""
+    missing: list[str] = []
+
+    def secret(match: re.Match[str]) -> str:
+        value = secret_value(match.group(1))
+        if value is None:
+            missing.append(match.group(1))
+            return ""
+        return value
+
+    resolved = tuple(
+        sorted(
+            (str(name), ENV_SECRET.sub(secret, str(value)))
+            for name, value in env.items()
+        )
+    )
+    return resolved, tuple(missing)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
-    """How to reach one MCP server; also the key of its pooled session."""
+    """How to reach one MCP server; also the key of its pooled session.
+
+    ``env`` is what a stdio server gets over the SDK's safe default environment
+    (its secrets filled in: a changed secret makes another key, so the server is
+    restarted with it); kept out of ``repr`` since it holds secret values.
+    """
 
     name: str
     transport: str
     command: tuple[str, ...] = ()
     url: str = ""
     cwd: str = ""
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    missing_secrets: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, server: MCPServer) -> ServerConfig:
+        env: tuple[tuple[str, str], ...] = ()
+        missing: tuple[str, ...] = ()
+        if server.transport == MCPServer.Transport.STDIO and server.env:
+            env, missing = _resolved_env(server.env)
         return cls(
             name=server.name,
             transport=server.transport,
             command=tuple(str(part) for part in server.command or ()),
             url=server.url or "",
             cwd=str(settings.BASE_DIR),
+            env=env,
+            missing_secrets=missing,
         )
 
     @property
@@ -114,6 +193,12 @@ class ServerConfig:
                 raise MCPUnavailable(
                     f"MCP server '{self.name}' has no command (an argv list, e.g. "
                     '["npx", "-y", "@modelcontextprotocol/server-everything"]).'
+                )
+            if self.missing_secrets:
+                raise MCPUnavailable(
+                    f"MCP server '{self.name}' needs the secret(s) "
+                    + ", ".join(self.missing_secrets)
+                    + ": add them under Admin → Secrets or set REACH_SECRET_<NAME>."
                 )
         elif self.transport == "http":
             if not self.url.startswith(("http://", "https://")):
@@ -144,9 +229,11 @@ async def _open_client(
             command=config.command[0],
             args=list(config.command[1:]),
             cwd=config.cwd or None,
+            env=dict(config.env) or None,
         )
         # The SDK passes only a small safe environment (PATH, HOME, ...) to the
-        # server: credentials of this process never reach a third-party server.
+        # server, plus what its settings name: credentials of this process never
+        # reach a third-party server, and each server gets only its own.
         transport: Any = stdio_client(params, errlog=errlog or sys.stderr)
         async with Client(transport, cache=None) as client:
             yield client

@@ -35,6 +35,13 @@ class UsageSchema(serializers.Serializer):
     prompt_tokens = serializers.IntegerField()
     completion_tokens = serializers.IntegerField()
     total_tokens = serializers.IntegerField()
+    cached_tokens = serializers.IntegerField(
+        required=False, help_text="Prompt tokens served from the endpoint's cache"
+    )
+    estimated = serializers.BooleanField(
+        required=False,
+        help_text="True: the endpoint reported no usage; these are estimates",
+    )
 
 
 class ParentSchema(serializers.Serializer):
@@ -55,6 +62,19 @@ class TaskSchema(serializers.Serializer):
     parent = ParentSchema(allow_null=True)
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
+    cost_usd = serializers.FloatField(
+        allow_null=True,
+        help_text="USD of its own model calls at its price; null: the model has "
+        "no price (cost unknown, never 0)",
+    )
+    usage_estimated = serializers.BooleanField(
+        help_text="Some of its tokens are estimates (the endpoint reported none)"
+    )
+    intent = serializers.CharField(
+        allow_null=True,
+        help_text="The route chosen for the turn (toolset tags joined by +, none "
+        "or general); null when the agent has no toolsets",
+    )
 
 
 class StepSchema(serializers.Serializer):
@@ -79,6 +99,11 @@ class StepSchema(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     duration_ms = serializers.FloatField(allow_null=True)
+    cost_usd = serializers.FloatField(
+        allow_null=True,
+        help_text="A model call's USD at the run's price; null when unknown (no "
+        "price) and on other kinds of step",
+    )
 
 
 class StepsSchema(serializers.Serializer):
@@ -126,6 +151,26 @@ class MessageConflictSchema(serializers.Serializer):
     task = serializers.CharField(required=False)
     error = serializers.CharField()
     detail = serializers.CharField(required=False)
+
+
+class BudgetSchema(serializers.Serializer):
+    max_cost_usd = serializers.FloatField(allow_null=True)
+    max_tokens = serializers.IntegerField(allow_null=True)
+    spent_cost_usd = serializers.FloatField()
+    spent_tokens = serializers.IntegerField()
+    resets_at = serializers.DateTimeField()
+
+
+class BudgetExceededSchema(serializers.Serializer):
+    """A message refused: the caller's daily budget is used up (or the API
+    throttle refused the request: then only ``error`` and ``detail``)."""
+
+    error = serializers.CharField()
+    detail = serializers.CharField(required=False)
+    resets_at = serializers.DateTimeField(
+        required=False, help_text="When the daily budget resets"
+    )
+    budget = BudgetSchema(required=False)
 
 
 class AgentSchema(serializers.Serializer):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.exceptions import ValidationError as ApiValidationError
@@ -12,6 +15,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from registry.access import (
+    may_use_agent,
+    offered_tools_for,
+    usable_agents,
+    usable_tools_of,
+)
 from registry.models import Agent, Tool
 from registry.payloads import tool_definition
 from registry.permissions import can_register_tools
@@ -26,14 +35,19 @@ from runs.api.common import (
     redacted,
     visible_task_or_404,
 )
+from runs.budgets import DailyBudgetExceeded
 from runs.models import Task
 from runs.payloads import conversation_payload, step_payload, task_payload
 
 
 class AgentList(APIView):
-    @extend_schema(responses=schema.AgentSchema(many=True), description="Newest first.")
+    @extend_schema(
+        responses=schema.AgentSchema(many=True),
+        description="Newest first: the agents the caller may use, each with the "
+        "tools its runs offer the caller.",
+    )
     def get(self, request: Request) -> Response:
-        agents = Agent.objects.prefetch_related("tools").order_by("-created_at", "-id")
+        agents = usable_agents(request.user).order_by("-created_at", "-id")
         page, headers = paginate(request, agents)
         return Response(
             [
@@ -41,7 +55,7 @@ class AgentList(APIView):
                     "name": a.name,
                     "description": a.description,
                     "model": a.effective_model,
-                    "tools": [t.name for t in a.offered_tools()],
+                    "tools": [t.name for t in offered_tools_for(a, request.user)],
                     "default": a.is_default,
                 }
                 for a in page
@@ -50,10 +64,20 @@ class AgentList(APIView):
         )
 
 
+def _listed_tools(user: Any) -> QuerySet[Tool]:
+    """The registry as ``user`` may read it: all of it for those who register
+    tools, else the tools they may use (a hidden tool is not found)."""
+    tools = Tool.objects.order_by("-created_at", "-id")
+    return tools if can_register_tools(user) else usable_tools_of(user, tools)
+
+
 class ToolList(APIView):
-    @extend_schema(responses=schema.ToolSchema(many=True))
+    @extend_schema(
+        responses=schema.ToolSchema(many=True),
+        description="Every tool for admins; for others, the tools they may use.",
+    )
     def get(self, request: Request) -> Response:
-        page, headers = paginate(request, Tool.objects.order_by("-created_at", "-id"))
+        page, headers = paginate(request, _listed_tools(request.user))
         return Response([tool_definition(t) for t in page], headers=headers)
 
     @extend_schema(
@@ -77,7 +101,7 @@ class ToolList(APIView):
 class ToolVersions(APIView):
     @extend_schema(responses=schema.ToolVersionSchema(many=True))
     def get(self, request: Request, name: str) -> Response:
-        tool = Tool.objects.filter(name=name).first()
+        tool = _listed_tools(request.user).filter(name=name).first()
         if tool is None:
             raise Http404
         versions = tool.versions.select_related("changed_by").order_by("-version")
@@ -120,14 +144,23 @@ class ConversationList(APIView):
             agent = Agent.objects.filter(name=name).first()
             if agent is None:
                 raise ApiValidationError({"agent": [f"No agent named '{name}'."]})
+            if not may_use_agent(request.user, agent):
+                raise PermissionDenied(_not_yours(agent))
         else:
-            agent = selectors.default_agent()
+            agent = selectors.default_agent(request.user)
             if agent is None:
                 raise ApiValidationError({"agent": ["No agent is configured."]})
         conversation = runs.conversation_create(owner=request.user, agent=agent)
         return Response(
             conversation_payload(conversation), status=status.HTTP_201_CREATED
         )
+
+
+def _not_yours(agent: Agent) -> str:
+    return (
+        f"You may not use the agent '{agent.name}'; an admin can give you access "
+        "(Admin → Agents → who may use it)."
+    )
 
 
 class ConversationDetail(APIView):
@@ -140,7 +173,14 @@ class ConversationDetail(APIView):
 class ConversationMessages(APIView):
     @extend_schema(
         request=schema.MessageCreateSchema,
-        responses={202: schema.TaskRefSchema, 409: schema.MessageConflictSchema},
+        responses={
+            202: schema.TaskRefSchema,
+            409: schema.MessageConflictSchema,
+            429: schema.BudgetExceededSchema,
+        },
+        description="Starts a run. 429 when the caller's daily budget is used up "
+        "(the body and Retry-After say when it resets) or the API throttle "
+        "refuses the request.",
     )
     def post(self, request: Request, conversation_id: str) -> Response:
         conversation = own_conversation_or_404(request, conversation_id)
@@ -149,8 +189,24 @@ class ConversationMessages(APIView):
         )
         if not isinstance(content, str) or not content.strip():
             raise ApiValidationError({"content": ["Send the message text as content."]})
+        if not may_use_agent(request.user, conversation.agent):
+            raise PermissionDenied(_not_yours(conversation.agent))
         try:
-            task = runs.task_start(conversation=conversation, content=content)
+            task = runs.task_start(
+                conversation=conversation, content=content, enforce_budget=True
+            )
+        except DailyBudgetExceeded as refused:
+            message = str(refused)
+            return Response(
+                {
+                    "error": message,
+                    "detail": message,
+                    "budget": refused.status.as_json(),
+                    "resets_at": refused.status.resets_at.isoformat(),
+                },
+                status=status.HTTP_429_TOO_MANY_REQUESTS,
+                headers={"Retry-After": str(refused.status.retry_after_s())},
+            )
         except runs.ConversationBusy as busy:
             return Response(
                 {
@@ -167,9 +223,19 @@ class ConversationMessages(APIView):
 
 
 class TaskList(APIView):
-    @extend_schema(responses=schema.TaskSchema(many=True), operation_id="tasks_list")
+    @extend_schema(
+        responses=schema.TaskSchema(many=True),
+        operation_id="tasks_list",
+        parameters=[
+            OpenApiParameter(
+                "intent", str, description="Only runs given this intent (route)"
+            )
+        ],
+    )
     def get(self, request: Request) -> Response:
         tasks = Task.objects.filter(owner=request.user).select_related("agent", "owner")
+        if intent := request.query_params.get("intent"):
+            tasks = tasks.filter(intent=intent)
         page, headers = paginate(request, tasks.order_by("-created_at"))
         return Response([redacted(task_payload(t)) for t in page], headers=headers)
 

@@ -7,6 +7,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from engine.pricing import format_usd
 from infra.runtime import redactor
 from runs.payloads import step_payload
 
@@ -30,6 +31,12 @@ def ms(value: float | None) -> str:
     if value < 1000:
         return f"{value:.0f} ms"
     return f"{value / 1000:.1f} s"
+
+
+@register.filter
+def usd(value: float | None) -> str:
+    """``$0.0123``; ``cost unknown`` for None (a model without a price)."""
+    return format_usd(value)
 
 
 @register.filter

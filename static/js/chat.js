@@ -35,6 +35,16 @@ function bubble(role, text, extra) {
   return div;
 }
 
+// A cost as the pages show it (engine.pricing.format_usd): never $0 for unknown.
+function formatUsd(value) {
+  if (value === null || value === undefined) return "cost unknown";
+  if (value === 0) return "$0.00";
+  if (Math.abs(value) >= 1) return `$${value.toFixed(2)}`;
+  if (Math.abs(value) >= 0.01) return `$${value.toFixed(4)}`;
+  if (Math.abs(value) < 0.0000005) return "< $0.000001";
+  return `$${value.toFixed(6)}`;
+}
+
 function taskBlock(task) {
   const block = el("div", "task");
   block.id = `task-${task.id}`;
@@ -49,7 +59,12 @@ function taskBlock(task) {
   meta.append(model, document.createTextNode(" · "));
   const tokens = el("span", "", String(task.usage ? task.usage.total_tokens : 0));
   tokens.dataset.tokens = "";
-  meta.append(tokens, document.createTextNode(" tokens"));
+  meta.append(tokens, document.createTextNode(" tokens · "));
+  const cost = el("span", "", "cost_usd" in task ? formatUsd(task.cost_usd) : "");
+  cost.dataset.cost = "";
+  const intent = el("span", "");
+  intent.dataset.intent = "";
+  meta.append(cost, intent);
   const trace = el("a", "small", "trace");
   trace.href = `/traces/${task.id}/`;
   const cancel = el("button", "link small cancel", "Cancel");
@@ -70,7 +85,16 @@ function updateTask(article, task) {
     badge.className = `badge status-${task.status}`;
   }
   const tokens = article.querySelector("[data-tokens]");
-  if (tokens && task.usage) tokens.textContent = String(task.usage.total_tokens);
+  if (tokens && task.usage) {
+    tokens.textContent = `${task.usage_estimated ? "≈" : ""}${task.usage.total_tokens}`;
+  }
+  const cost = article.querySelector("[data-cost]");
+  if (cost && "cost_usd" in task) {
+    cost.textContent = formatUsd(task.cost_usd);
+    cost.classList.toggle("cost-unknown", task.cost_usd === null);
+  }
+  const intent = article.querySelector("[data-intent]");
+  if (intent) intent.textContent = task.intent ? ` · route: ${task.intent}` : "";
   const model = article.querySelector("[data-model]");
   if (model && task.model) model.textContent = task.model;
   const reason = article.querySelector("[data-stop-reason]");

@@ -1,7 +1,8 @@
 // A live view of one task: websocket, resume by rev, reconnect with backoff.
 //
 // Server-rendered steps come with data-rev; the stream asks for every change
-// after the highest rev it has, so a reconnect never misses a step.
+// after the highest rev it has (?after= on the socket's URL), so a reconnect
+// never misses a step.
 
 const FINAL = new Set(["succeeded", "stopped", "failed", "cancelled"]);
 
@@ -66,11 +67,14 @@ export class TaskStream {
 
   connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const socket = new WebSocket(`${scheme}://${location.host}/ws/tasks/${this.taskId}/`);
+    // The resume point rides on the URL: the server sends every change after it
+    // on connect, then live, all in rev order (a resume message sent after the
+    // socket opens could only come after live frames newer than it).
+    const url = `${scheme}://${location.host}/ws/tasks/${this.taskId}/?after=${this.lastRev}`;
+    const socket = new WebSocket(url);
     this.socket = socket;
     socket.addEventListener("open", () => {
       this.attempt = 0;
-      socket.send(JSON.stringify({ type: "resume", after: this.lastRev }));
     });
     socket.addEventListener("message", (event) => {
       const message = JSON.parse(event.data);

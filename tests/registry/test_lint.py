@@ -109,13 +109,51 @@ def test_a_date_parameter_without_a_format_is_warned(name):
     "schema",
     [
         {"type": "string", "format": "date", "description": "The day"},
+        {"type": "string", "format": "date-time", "description": "When"},
+        {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$", "description": "HH:MM"},
+        {"type": "integer", "description": "When, as Unix epoch seconds"},
+    ],
+)
+def test_a_date_parameter_with_a_checked_format_is_fine(schema):
+    assert rules(with_parameter("due_date", schema)) == []
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
         {"type": "string", "description": "The day, YYYY-MM-DD"},
         {"type": "string", "description": "When, as ISO 8601 date-time"},
         {"type": "string", "description": "e.g. 2024-05-01"},
     ],
 )
-def test_a_date_parameter_with_a_format_is_fine(schema):
-    assert rules(with_parameter("due_date", schema)) == []
+def test_a_date_format_named_only_in_the_description_is_warned_as_unchecked(schema):
+    definition = with_parameter("due_date", schema)
+    assert rules(definition) == [Rule.FORMAT]
+    assert "only in the description" in messages(definition)
+    assert "refused before the call runs" in messages(definition)
+
+
+def test_the_format_advice_names_formats_that_are_checked():
+    definition = with_parameter("due_date", {"type": "string", "description": "When"})
+    assert '"format": "date"' in messages(definition)
+    assert "refused before the call runs" in messages(definition)
+
+
+@pytest.mark.parametrize("name", ["YYYY-MM-DD", "iso8601", "phone"])
+def test_a_format_nothing_checks_is_warned(name):
+    definition = with_parameter(
+        "order_id", {"type": "string", "format": name, "description": "e.g. A-1"}
+    )
+    assert rules(definition) == [Rule.FORMAT]
+    assert f"“{name}”, which nothing checks" in messages(definition)
+
+
+@pytest.mark.parametrize("name", ["email", "uri", "uuid", "ipv4", "ipv6", "time"])
+def test_a_checked_format_on_any_parameter_is_fine(name):
+    definition = with_parameter(
+        "target", {"type": "string", "format": name, "description": "e.g. x"}
+    )
+    assert rules(definition) == []
 
 
 @pytest.mark.parametrize("name", ["amount", "price", "timeout", "max_size", "duration"])
@@ -231,7 +269,7 @@ def register_vague_tool(demo: Any) -> Tool:
 def test_lint_tools_exits_zero_on_the_demo_registry(demo, capsys):
     call_command("lint_tools")
 
-    assert capsys.readouterr().out.strip() == "0 warnings in 4 tools."
+    assert capsys.readouterr().out.strip() == "0 warnings in 7 tools."
 
 
 @pytest.mark.django_db
@@ -243,7 +281,7 @@ def test_lint_tools_prints_one_line_per_warning_and_exits_one(demo, capsys):
 
     assert exit_.value.code == 1
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1] == "4 warnings in 5 tools."
+    assert lines[-1] == "4 warnings in 8 tools."
     assert [line.split(": ")[:2] for line in lines[:-1]] == [
         ["notes", "name"],
         ["notes", "description"],

@@ -92,14 +92,19 @@ class FakeModel:
             if callable(self.prompt_tokens)
             else self.prompt_tokens
         )
+        usage = Usage(prompt, self.completion_tokens, prompt + self.completion_tokens)
+        if reply.usage != "counted":
+            # As the real client reads a usage object (none: not reported).
+            usage = Usage.from_dict(
+                reply.usage if isinstance(reply.usage, dict) else None
+            )
         return ModelReply(
             message=message,
             content=content,
             tool_calls=tool_calls,
             finish_reason=reply.finish_reason,
-            usage=Usage(
-                prompt, self.completion_tokens, prompt + self.completion_tokens
-            ),
+            usage_reported=bool(usage.prompt_tokens or usage.completion_tokens),
+            usage=usage,
             request_id=f"req-{len(self.script.requests)}",
             model=model,
             latency_ms=1.0,

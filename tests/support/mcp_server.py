@@ -130,6 +130,13 @@ def build_server() -> MCPServer:
         annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
     )
     def server_status() -> str:
+        # With ORDERS_ECHO_ENV=1 in its environment (a test of what a stdio
+        # server is given), it also names every variable it was started with.
+        if os.environ.get("ORDERS_ECHO_ENV") == "1":
+            return "all systems nominal; env: " + ",".join(
+                f"{name}={os.environ[name]}" if name.startswith("ORDERS_") else name
+                for name in sorted(os.environ)
+            )
         return "all systems nominal"
 
     return server

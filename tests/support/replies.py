@@ -32,6 +32,8 @@ __all__ = [
     "text",
     "tool_call",
     "tool_calls",
+    "with_usage",
+    "without_usage",
 ]
 
 EXHAUSTED_TEXT = "(script exhausted)"
@@ -62,6 +64,9 @@ class Reply:
     tool_calls: tuple[ToolCall, ...] = ()
     delay_s: float = 0.0
     hang: bool = False
+    #: The ``usage`` object sent as it is (None: none at all, as some servers
+    #: do); left at ``"counted"``: the counts the test model makes up.
+    usage: Mapping[str, Any] | None | str = "counted"
 
     @property
     def finish_reason(self) -> str:
@@ -170,6 +175,17 @@ def error(
         code=code if code is not None else default_code,
         retry_after=retry_after,
     )
+
+
+def without_usage(reply: Reply) -> Reply:
+    """``reply`` sent with no ``usage`` at all (servers that report none)."""
+    return dataclasses.replace(reply, usage=None)
+
+
+def with_usage(reply: Reply, usage: Mapping[str, Any]) -> Reply:
+    """``reply`` sent with exactly this ``usage`` object (e.g. with
+    ``prompt_tokens_details.cached_tokens``)."""
+    return dataclasses.replace(reply, usage=dict(usage))
 
 
 def delay(seconds: float, reply: AnyReply) -> AnyReply:

@@ -930,7 +930,9 @@ class ScriptedModel(Started):
                     "finish_reason": reply.finish_reason,
                 }
             ],
-            "usage": usage_for(request, reply),
+            "usage": (
+                usage_for(request, reply) if reply.usage == "counted" else reply.usage
+            ),
         }
 
 

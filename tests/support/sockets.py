@@ -16,12 +16,14 @@ def _headers(origin: tuple[bytes, bytes] | None) -> list[tuple[bytes, bytes]]:
 
 
 def task_socket(
-    user: Any, task_id: str, origin: tuple[bytes, bytes] | None = ORIGIN
+    user: Any,
+    task_id: str,
+    origin: tuple[bytes, bytes] | None = ORIGIN,
+    query: str = "",
 ) -> WebsocketCommunicator:
-    """``/ws/tasks/<task_id>/`` as ``user``, not connected yet."""
-    comm = WebsocketCommunicator(
-        TaskConsumer.as_asgi(), f"/ws/tasks/{task_id}/", headers=_headers(origin)
-    )
+    """``/ws/tasks/<task_id>/[?query]`` as ``user``, not connected yet."""
+    path = f"/ws/tasks/{task_id}/" + (f"?{query}" if query else "")
+    comm = WebsocketCommunicator(TaskConsumer.as_asgi(), path, headers=_headers(origin))
     comm.scope["user"] = user
     comm.scope["url_route"] = {"kwargs": {"task_id": task_id}}
     return comm

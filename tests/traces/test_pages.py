@@ -304,8 +304,9 @@ def test_the_stats_page_charts_calls_failures_latency_tokens_stops_and_approvals
     assert "over 2 decisions" in approvals.group(1)
     tokens = re.search(r'data-testid="token-stats">(.*?)</table>', html, re.S).group(1)
     assert "scripted-model" in tokens
-    assert html.count('data-testid="chart"') == 6
-    assert html.count('<svg class="chart"') == 6
+    # And cost per model per day (tests/runs/test_costs.py).
+    assert html.count('data-testid="chart"') == 7
+    assert html.count('<svg class="chart"') == 7
     assert "<script" not in html.split("</main>")[0].split("<main")[1]
     # The auditor sees bob's run too.
     assert "<td>final_answer</td><td>4</td>" in page(operator, "/traces/stats/")

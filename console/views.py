@@ -1,0 +1,145 @@
+"""The console pages: the board, its live partial, and the operators' actions.
+
+The page and its refresh render the same partial (``console/_board.html``) from
+the same presenter (:func:`console.board.console_board`); ``static/js/console.js``
+fetches the partial every few seconds. Actions are plain POST forms (CSRF), each
+redirecting back to the board with what happened.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from console import services
+from console.board import console_board
+from console.permissions import can_operate_console, can_view_console
+from runs.models import Task
+
+#: How often the page fetches its board again (milliseconds).
+REFRESH_MS = 3000
+#: The most runs one bulk cancel takes.
+MAX_BULK = 200
+
+
+def _watcher(request: HttpRequest) -> None:
+    if not can_view_console(request.user):
+        raise PermissionDenied("The console is for operators.")
+
+
+def _operator(request: HttpRequest) -> None:
+    if not can_operate_console(request.user):
+        raise PermissionDenied("Only operators act on runs from the console.")
+
+
+def _context(request: HttpRequest) -> dict[str, Any]:
+    return {
+        "board": console_board(),
+        "can_operate": can_operate_console(request.user),
+        "refresh_ms": REFRESH_MS,
+    }
+
+
+@login_required
+@require_GET
+@never_cache
+def console_page(request: HttpRequest) -> HttpResponse:
+    _watcher(request)
+    return render(request, "console/console.html", _context(request))
+
+
+@login_required
+@require_GET
+@never_cache
+def console_board_partial(request: HttpRequest) -> HttpResponse:
+    """The board alone: what the page's script swaps in without a reload."""
+    _watcher(request)
+    return render(request, "console/_board.html", _context(request))
+
+
+def _uuid(value: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def _task(task_id: Any) -> Task:
+    task = Task.objects.select_related("conversation").filter(pk=task_id).first()
+    if task is None:
+        raise Http404("No such run.")
+    return task
+
+
+@login_required
+@require_POST
+def console_cancel(request: HttpRequest) -> HttpResponse:
+    """Cancel the runs named by ``task`` (one or many: the bulk form sends several)."""
+    _operator(request)
+    ids = [_uuid(value) for value in request.POST.getlist("task")[:MAX_BULK]]
+    tasks = list(Task.objects.filter(pk__in=[i for i in ids if i is not None]))
+    if not tasks:
+        messages.warning(request, "Select the runs to cancel.")
+        return redirect("console")
+    outcome = services.console_cancel(tasks=tasks, user=request.user)
+    if outcome.cancelled:
+        messages.success(
+            request,
+            f"Cancelled {len(outcome.cancelled)} run"
+            f"{'s' if len(outcome.cancelled) != 1 else ''} (a running one stops at "
+            "its next step).",
+        )
+    if outcome.final:
+        messages.warning(
+            request,
+            f"{len(outcome.final)} had already finished: "
+            + ", ".join(f"{str(t.pk)[:8]} ({t.status})" for t in outcome.final),
+        )
+    return redirect("console")
+
+
+@login_required
+@require_POST
+def console_requeue(request: HttpRequest, task_id: Any) -> HttpResponse:
+    _operator(request)
+    task = _task(task_id)
+    try:
+        services.console_requeue(task=task, user=request.user)
+    except services.ConsoleError as exc:
+        messages.error(request, str(exc))
+        return redirect("console")
+    messages.success(
+        request, f"Re-queued run {str(task.pk)[:8]}: the next free worker takes it."
+    )
+    return redirect("console")
+
+
+@login_required
+@require_POST
+def console_retry(request: HttpRequest, task_id: Any) -> HttpResponse:
+    _operator(request)
+    task = _task(task_id)
+    try:
+        from_seq = int(request.POST.get("from_seq", ""))
+    except ValueError:
+        messages.error(request, "Choose the step to retry from.")
+        return redirect("console")
+    try:
+        retry = services.console_retry(task=task, user=request.user, from_seq=from_seq)
+    except services.ConsoleError as exc:
+        messages.error(request, str(exc))
+        return redirect("console")
+    messages.success(
+        request,
+        f"Retrying run {str(task.pk)[:8]} from step {from_seq} in its conversation "
+        f"as run {str(retry.pk)[:8]}.",
+    )
+    return redirect("console")
