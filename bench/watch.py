@@ -5,9 +5,9 @@ Starts a scratch product as ``make bench`` does (``bench.compare.Product``: its
 own SQLite, Redis and var dir, the benchmark's model server at ``--latency``
 per call), then twice: 1 run watched by 1 websocket client (``--rounds`` times,
 one after another), and ``--many`` runs started at once, each watched by its own
-client. A client connects as a program does (bearer subprotocol), asks to
-resume after rev 0, and records every frame until the task's final event. Then
-it reads the task's steps over the API and checks:
+client. A client connects as a program does (bearer subprotocol, ``?after=0``
+on the URL: every change on connect, then live), and records every frame until
+the task's final event. Then it reads the task's steps over the API and checks:
 
 * every step arrived in its final state (the frame with the stored rev);
 * frames came in rev order (strictly rising), no rev twice.
@@ -85,9 +85,8 @@ async def watch_one(base: str, token: str, question: str) -> Watched:
         {"content": question},
     )
     watched = Watched(task=answer["task"])
-    url = base.replace("http", "ws", 1) + f"/ws/tasks/{watched.task}/"
+    url = base.replace("http", "ws", 1) + f"/ws/tasks/{watched.task}/?after=0"
     async with connect(url, subprotocols=["bearer", token]) as socket:  # type: ignore[list-item]
-        await socket.send(json.dumps({"type": "resume", "after": 0}))
         while watched.final is None:
             message = json.loads(await asyncio.wait_for(socket.recv(), 120))
             now = time.time()
