@@ -40,20 +40,22 @@ def _operator(request: HttpRequest) -> None:
         raise PermissionDenied("Only operators act on runs from the console.")
 
 
-def _context(request: HttpRequest) -> dict[str, Any]:
-    return {
+def _board(request: HttpRequest, template: str) -> HttpResponse:
+    """``template`` rendered with the board, for those who may watch it."""
+    _watcher(request)
+    context = {
         "board": console_board(),
         "can_operate": can_operate_console(request.user),
         "refresh_ms": REFRESH_MS,
     }
+    return render(request, template, context)
 
 
 @login_required
 @require_GET
 @never_cache
 def console_page(request: HttpRequest) -> HttpResponse:
-    _watcher(request)
-    return render(request, "console/console.html", _context(request))
+    return _board(request, "console/console.html")
 
 
 @login_required
@@ -61,8 +63,7 @@ def console_page(request: HttpRequest) -> HttpResponse:
 @never_cache
 def console_board_partial(request: HttpRequest) -> HttpResponse:
     """The board alone: what the page's script swaps in without a reload."""
-    _watcher(request)
-    return render(request, "console/_board.html", _context(request))
+    return _board(request, "console/_board.html")
 
 
 def _uuid(value: str) -> uuid.UUID | None:
@@ -72,11 +73,25 @@ def _uuid(value: str) -> uuid.UUID | None:
         return None
 
 
-def _task(task_id: Any) -> Task:
+def _operated_task(request: HttpRequest, task_id: Any) -> Task:
+    """The run an operator acts on: 403 for anyone else, 404 when there is none."""
+    _operator(request)
     task = Task.objects.select_related("conversation").filter(pk=task_id).first()
     if task is None:
         raise Http404("No such run.")
     return task
+
+
+def _refused(request: HttpRequest, reason: str) -> HttpResponse:
+    """Back to the board, saying why the action was not taken."""
+    messages.error(request, reason)
+    return redirect("console")
+
+
+def _done(request: HttpRequest, what: str) -> HttpResponse:
+    """Back to the board, saying what the action did."""
+    messages.success(request, what)
+    return redirect("console")
 
 
 @login_required
@@ -109,37 +124,30 @@ def console_cancel(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def console_requeue(request: HttpRequest, task_id: Any) -> HttpResponse:
-    _operator(request)
-    task = _task(task_id)
+    task = _operated_task(request, task_id)
     try:
         services.console_requeue(task=task, user=request.user)
     except services.ConsoleError as exc:
-        messages.error(request, str(exc))
-        return redirect("console")
-    messages.success(
+        return _refused(request, str(exc))
+    return _done(
         request, f"Re-queued run {str(task.pk)[:8]}: the next free worker takes it."
     )
-    return redirect("console")
 
 
 @login_required
 @require_POST
 def console_retry(request: HttpRequest, task_id: Any) -> HttpResponse:
-    _operator(request)
-    task = _task(task_id)
+    task = _operated_task(request, task_id)
     try:
         from_seq = int(request.POST.get("from_seq", ""))
     except ValueError:
-        messages.error(request, "Choose the step to retry from.")
-        return redirect("console")
+        return _refused(request, "Choose the step to retry from.")
     try:
         retry = services.console_retry(task=task, user=request.user, from_seq=from_seq)
     except services.ConsoleError as exc:
-        messages.error(request, str(exc))
-        return redirect("console")
-    messages.success(
+        return _refused(request, str(exc))
+    return _done(
         request,
         f"Retrying run {str(task.pk)[:8]} from step {from_seq} in its conversation "
         f"as run {str(retry.pk)[:8]}.",
     )
-    return redirect("console")

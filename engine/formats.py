@@ -33,17 +33,22 @@ _TIME = re.compile(
 )
 
 
+def _parses(parse: Callable[[], object]) -> bool:
+    """Whether ``parse()`` accepts its value (raises no ``ValueError``)."""
+    try:
+        parse()
+    except ValueError:
+        return False
+    return True
+
+
 def is_date(value: str) -> bool:
     """RFC 3339 ``full-date``: ``YYYY-MM-DD``, a day that exists."""
     match = _DATE.fullmatch(value)
     if match is None:
         return False
     year, month, day = (int(part) for part in match.groups())
-    try:
-        dt.date(year, month, day)
-    except ValueError:
-        return False
-    return True
+    return _parses(lambda: dt.date(year, month, day))
 
 
 def is_time(value: str) -> bool:
@@ -114,24 +119,14 @@ def is_email(value: str) -> bool:
 
 def is_ipv4(value: str) -> bool:
     """Dotted-quad IPv4 (RFC 2673): four decimal octets, no leading zeros."""
-    if not value.isascii():
-        return False
-    try:
-        ipaddress.IPv4Address(value)
-    except ValueError:
-        return False
-    return True
+    return value.isascii() and _parses(lambda: ipaddress.IPv4Address(value))
 
 
 def is_ipv6(value: str) -> bool:
     """An IPv6 address (RFC 4291), without a zone index (``%eth0``)."""
     if not value.isascii() or "%" in value:
         return False
-    try:
-        ipaddress.IPv6Address(value)
-    except ValueError:
-        return False
-    return True
+    return _parses(lambda: ipaddress.IPv6Address(value))
 
 
 def is_uuid(value: str) -> bool:
@@ -140,11 +135,7 @@ def is_uuid(value: str) -> bool:
         return False
     if [len(part) for part in value.split("-")] != [8, 4, 4, 4, 12]:
         return False
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
+    return _parses(lambda: uuid.UUID(value))
 
 
 _SCHEME = r"[A-Za-z][A-Za-z0-9+.-]*"

@@ -190,27 +190,15 @@ class Engine:
             )
             try:
                 reply = self._call_model(journal, messages, snap.model)
-            except _Cancelled:
-                journal.finish(StopReason.CANCELLED, answer=None, message=None)
-                return Outcome.FINISHED
-            except _OutOfTime:
-                reason = StopReason.TIME_BUDGET
-                journal.finish(reason, answer=None, message=_STOP_MESSAGES[reason])
+            except _Interrupted as stop:
+                self._finish_interrupted(journal, stop)
                 return Outcome.FINISHED
             except ModelError as exc:
-                failed = StepRecord(
-                    seq=_next_seq(steps),
-                    kind=StepKind.MODEL_CALL,
-                    status=StepStatus.FAILED,
-                    model=snap.model,
-                    error=str(exc),
-                    error_class=exc.kind,
-                    attempts=[a.as_dict() for a in exc.attempts],
-                    started_at=utcnow(),
-                    finished_at=utcnow(),
-                    # A failed request is not billed; unknown without a price.
-                    cost_usd=0.0 if self.price is not None else None,
-                    detail={
+                failed = self._failed_model_step(
+                    exc,
+                    steps,
+                    snap.model,
+                    {
                         DetailKey.PROMPT_ESTIMATE: estimate,
                         DetailKey.CONTEXT_ESTIMATE: in_context,
                     },
@@ -317,27 +305,13 @@ class Engine:
         estimate = TokenEstimator().raw(messages)
         try:
             reply = self._call_model(journal, messages, snap.model, tools=[])
-        except _Cancelled:
-            journal.finish(StopReason.CANCELLED, answer=None, message=None)
-            return Outcome.FINISHED
-        except _OutOfTime:
-            reason = StopReason.TIME_BUDGET
-            journal.finish(reason, answer=None, message=_STOP_MESSAGES[reason])
+        except _Interrupted as stop:
+            self._finish_interrupted(journal, stop)
             return Outcome.FINISHED
         except ModelError as exc:
             route = self.routing.general()
-            step = StepRecord(
-                seq=_next_seq(steps),
-                kind=StepKind.MODEL_CALL,
-                status=StepStatus.FAILED,
-                model=snap.model,
-                error=str(exc),
-                error_class=exc.kind,
-                attempts=[a.as_dict() for a in exc.attempts],
-                started_at=utcnow(),
-                finished_at=utcnow(),
-                cost_usd=0.0 if self.price is not None else None,
-                detail={DetailKey.PROMPT_ESTIMATE: round(estimate, 1)},
+            step = self._failed_model_step(
+                exc, steps, snap.model, {DetailKey.PROMPT_ESTIMATE: round(estimate, 1)}
             )
         else:
             route = self.routing.from_reply(reply.content)
@@ -439,6 +413,35 @@ class Engine:
             goal=snap.goal,
             steps=steps,
             specs=self.toolbox.specs,
+        )
+
+    @staticmethod
+    def _finish_interrupted(journal: Journal, stop: _Interrupted) -> None:
+        journal.finish(
+            stop.reason, answer=None, message=_STOP_MESSAGES.get(stop.reason)
+        )
+
+    def _failed_model_step(
+        self,
+        exc: ModelError,
+        steps: Sequence[StepRecord],
+        model: str,
+        detail: dict[str, Any],
+    ) -> StepRecord:
+        """The model_call step of a request that failed after its retries."""
+        return StepRecord(
+            seq=_next_seq(steps),
+            kind=StepKind.MODEL_CALL,
+            status=StepStatus.FAILED,
+            model=model,
+            error=str(exc),
+            error_class=exc.kind,
+            attempts=[a.as_dict() for a in exc.attempts],
+            started_at=utcnow(),
+            finished_at=utcnow(),
+            # A failed request is not billed; unknown without a price.
+            cost_usd=0.0 if self.price is not None else None,
+            detail=detail,
         )
 
     def _call_model(
@@ -723,12 +726,20 @@ class Engine:
             self.on_step(updated)
 
 
-class _Cancelled(Exception):
-    pass
+class _Interrupted(Exception):
+    """The run must stop while the model is thinking, for ``reason``."""
+
+    reason: StopReason
 
 
-class _OutOfTime(Exception):
+class _Cancelled(_Interrupted):
+    reason = StopReason.CANCELLED
+
+
+class _OutOfTime(_Interrupted):
     """The time budget ran out while the model was thinking."""
+
+    reason = StopReason.TIME_BUDGET
 
 
 _STOP_MESSAGES = {

@@ -39,6 +39,16 @@ from runs.models import Step, Task
 
 MEMORY_TAG = "memory"
 
+
+def _subject(description: str) -> dict[str, Any]:
+    """The ``subject`` parameter: the key facts are saved and forgotten under."""
+    return {
+        "type": "string",
+        "maxLength": MAX_SUBJECT_CHARS,
+        "description": description,
+    }
+
+
 MEMORY_TOOLS: list[dict[str, Any]] = [
     {
         "name": "remember",
@@ -52,11 +62,7 @@ MEMORY_TOOLS: list[dict[str, Any]] = [
         "parameters": {
             "type": "object",
             "properties": {
-                "subject": {
-                    "type": "string",
-                    "maxLength": MAX_SUBJECT_CHARS,
-                    "description": "A short key, e.g. 'answer language'",
-                },
+                "subject": _subject("A short key, e.g. 'answer language'"),
                 "fact": {
                     "type": "string",
                     "maxLength": MAX_TEXT_CHARS,
@@ -110,13 +116,7 @@ MEMORY_TOOLS: list[dict[str, Any]] = [
         ),
         "parameters": {
             "type": "object",
-            "properties": {
-                "subject": {
-                    "type": "string",
-                    "maxLength": MAX_SUBJECT_CHARS,
-                    "description": "The subject the fact was saved under",
-                }
-            },
+            "properties": {"subject": _subject("The subject the fact was saved under")},
             "required": ["subject"],
             "additionalProperties": False,
         },

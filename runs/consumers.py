@@ -82,6 +82,11 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
     )
 
 
+#: What a client may send is a small JSON object (``{"type": "resume", ...}``).
+MAX_FRAME_CHARS = 4096
+FRAME_ERROR = 'Send JSON text frames, such as {"type": "resume", "after": 0}.'
+
+
 class ReachConsumer(AsyncJsonWebsocketConsumer):
     """Shared checks: a session from our Origin or a bearer token; closes when
     that session ends or the token is revoked."""
@@ -140,6 +145,34 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
     async def encode_json(cls, content: Any) -> str:
         return json.dumps(content, ensure_ascii=False)
 
+    async def receive(
+        self,
+        text_data: str | None = None,
+        bytes_data: bytes | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """A client frame: JSON text, or an error message back (the socket stays
+        open). Channels' own decode would raise on anything else and drop the
+        connection with 1011: a binary frame, text that is not JSON, JSON nested
+        too deep to parse, or more than :data:`MAX_FRAME_CHARS`."""
+        if text_data is None:
+            await self.send_json({"type": "error", "error": FRAME_ERROR})
+            return
+        if len(text_data) > MAX_FRAME_CHARS:
+            await self.send_json(
+                {
+                    "type": "error",
+                    "error": f"Frames are at most {MAX_FRAME_CHARS} characters.",
+                }
+            )
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):
+            await self.send_json({"type": "error", "error": FRAME_ERROR})
+            return
+        await self.receive_json(content, **kwargs)
+
 
 class TaskConsumer(ReachConsumer):
     """Sends every change of one task, in ``rev`` order, then the task itself."""
@@ -193,7 +226,7 @@ class TaskConsumer(ReachConsumer):
             return
         try:
             after = int(content.get("after", 0))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             await self.send_json({"type": "error", "error": "after must be a number."})
             return
         # Check again: the task may have been purged (or the user lost the right

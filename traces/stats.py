@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import TruncDate
@@ -16,6 +16,8 @@ from runs.models import Step, Task
 
 #: Statuses of calls that ran (their duration is a latency).
 EXECUTED = (Step.Status.SUCCEEDED, Step.Status.FAILED, Step.Status.CACHED)
+
+_V = TypeVar("_V")
 
 
 def percentile(values: Sequence[float], fraction: float) -> float | None:
@@ -88,23 +90,9 @@ def tokens_per_model_per_day(
     tasks: QuerySet[Task],
 ) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
     """(days, models, tokens by (day, model)) from the runs' token totals."""
-    rows = (
-        tasks.annotate(day=TruncDate("created_at"))
-        .values("day", "model")
-        .annotate(tokens=Sum("total_tokens"))
-        .order_by("day", "model")
+    return _per_model_per_day(
+        tasks, lambda row: int(row["tokens"] or 0), tokens=Sum("total_tokens")
     )
-    tokens: dict[tuple[str, str], int] = {}
-    days: list[str] = []
-    models: list[str] = []
-    for row in rows:
-        day = row["day"].isoformat()
-        if day not in days:
-            days.append(day)
-        if row["model"] not in models:
-            models.append(row["model"])
-        tokens[(day, row["model"])] = int(row["tokens"] or 0)
-    return days, sorted(models), tokens
 
 
 def cost_per_model_per_day(
@@ -112,13 +100,28 @@ def cost_per_model_per_day(
 ) -> tuple[list[str], list[str], dict[tuple[str, str], float | None]]:
     """(days, models, USD by (day, model)); None where no run of that model that
     day had a price (cost unknown, not $0)."""
+    return _per_model_per_day(
+        tasks,
+        lambda row: float(row["cost"] or 0.0) if row["priced"] else None,
+        cost=Sum("cost_usd"),
+        priced=Count("cost_usd"),
+    )
+
+
+def _per_model_per_day(
+    tasks: QuerySet[Task],
+    value: Callable[[Mapping[str, Any]], _V],
+    **aggregates: Any,
+) -> tuple[list[str], list[str], dict[tuple[str, str], _V]]:
+    """(days, models, ``value(row)`` by (day, model)) of the runs' ``aggregates``
+    grouped by the day they were created and their model."""
     rows = (
         tasks.annotate(day=TruncDate("created_at"))
         .values("day", "model")
-        .annotate(cost=Sum("cost_usd"), priced=Count("cost_usd"))
+        .annotate(**aggregates)
         .order_by("day", "model")
     )
-    cost: dict[tuple[str, str], float | None] = {}
+    cells: dict[tuple[str, str], _V] = {}
     days: list[str] = []
     models: list[str] = []
     for row in rows:
@@ -127,8 +130,8 @@ def cost_per_model_per_day(
             days.append(day)
         if row["model"] not in models:
             models.append(row["model"])
-        cost[(day, row["model"])] = float(row["cost"] or 0.0) if row["priced"] else None
-    return days, sorted(models), cost
+        cells[(day, row["model"])] = value(row)
+    return days, sorted(models), cells
 
 
 @dataclass(frozen=True)

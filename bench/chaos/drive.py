@@ -28,6 +28,7 @@ from bench.chaos.plan import (
     RunPlan,
     action_decision,
 )
+from bench.chaos.threads import DriverThread
 from bench.chaos.watch import Watcher
 from effects.models import Outbox, Ticket
 from engine.spec import FINAL_TASK_STATUSES, StepStatus, TaskStatus
@@ -246,7 +247,7 @@ def effect_happened(tool: str, key: str, http_keys: Callable[[], list[str]]) -> 
 # -- the users and the operator ----------------------------------------------------
 
 
-class Creator(threading.Thread):
+class Creator(DriverThread):
     """Starts every planned run through the API, ``concurrency`` at a time.
 
     ``may_start(number)`` holds a run back until the faults planned before it
@@ -263,7 +264,7 @@ class Creator(threading.Thread):
         on_start: Callable[[Run], None],
         say: Callable[[str], None],
     ) -> None:
-        super().__init__(name="chaos-creator", daemon=True)
+        super().__init__("chaos-creator")
         self.runs = runs
         self.apis = apis
         self.concurrency = concurrency
@@ -271,32 +272,27 @@ class Creator(threading.Thread):
         self.on_start = on_start
         self.say = say
         self.started = 0
-        self.error: BaseException | None = None
-        self.stopping = threading.Event()
 
-    def run(self) -> None:
-        try:
-            for run in self.runs:
-                while not self.stopping.is_set() and (
-                    self.active() >= self.concurrency
-                    or not self.may_start(run.plan.number)
-                ):
-                    time.sleep(0.1)
-                if self.stopping.is_set():
-                    return
-                api = self.apis[run.plan.user]
-                run.conversation = str(
-                    api.call("POST", "/api/conversations/", json={}).json()["id"]
-                )
-                run.task_id = api.post_message(run.conversation, run.plan.goal)
-                self.started += 1
-                self.on_start(run)
-                if self.started % 10 == 0 or self.started == len(self.runs):
-                    self.say(f"{self.started} of {len(self.runs)} runs started")
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller
-            self.error = exc
-        finally:
-            close_old_connections()
+    def work(self) -> None:
+        for run in self.runs:
+            while not self.stopping.is_set() and (
+                self.active() >= self.concurrency or not self.may_start(run.plan.number)
+            ):
+                time.sleep(0.1)
+            if self.stopping.is_set():
+                return
+            api = self.apis[run.plan.user]
+            run.conversation = str(
+                api.call("POST", "/api/conversations/", json={}).json()["id"]
+            )
+            run.task_id = api.post_message(run.conversation, run.plan.goal)
+            self.started += 1
+            self.on_start(run)
+            if self.started % 10 == 0 or self.started == len(self.runs):
+                self.say(f"{self.started} of {len(self.runs)} runs started")
+
+    def done(self) -> None:
+        close_old_connections()
 
     def active(self) -> int:
         close_old_connections()
@@ -304,7 +300,7 @@ class Creator(threading.Thread):
         return Task.objects.filter(pk__in=ids, status__in=ACTIVE).count()
 
 
-class Approver(threading.Thread):
+class Approver(DriverThread):
     """The operator: decides pending requests through the API.
 
     Action approvals get approve, edit-then-approve or reject by the seed;
@@ -321,7 +317,7 @@ class Approver(threading.Thread):
         reject_fraction: float,
         http_keys: Callable[[], list[str]],
     ) -> None:
-        super().__init__(name="chaos-approver", daemon=True)
+        super().__init__("chaos-approver")
         self.api = api
         self.runs = runs
         self.seed = seed
@@ -330,26 +326,22 @@ class Approver(threading.Thread):
         self.decided: list[Decided] = []
         self.seen: dict[str, float] = {}
         self.handled: set[str] = set()
-        self.error: BaseException | None = None
-        self.stopping = threading.Event()
         self.idle = threading.Event()
 
-    def run(self) -> None:
-        try:
-            while not self.stopping.is_set():
-                pending = self.api.call(
-                    "GET", "/api/approvals/?status=pending&limit=200"
-                ).json()
-                acted = [self.consider(approval) for approval in pending]
-                if any(acted):
-                    self.idle.clear()
-                else:
-                    self.idle.set()
-                self.stopping.wait(0.2)
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller
-            self.error = exc
-        finally:
-            close_old_connections()
+    def work(self) -> None:
+        while not self.stopping.is_set():
+            pending = self.api.call(
+                "GET", "/api/approvals/?status=pending&limit=200"
+            ).json()
+            acted = [self.consider(approval) for approval in pending]
+            if any(acted):
+                self.idle.clear()
+            else:
+                self.idle.set()
+            self.stopping.wait(0.2)
+
+    def done(self) -> None:
+        close_old_connections()
 
     def consider(self, approval: dict[str, Any]) -> bool:
         """Decide ``approval`` if it is the operator's to decide; True if it was

@@ -22,6 +22,7 @@ import httpx
 import psycopg
 
 from bench.chaos.plan import FaultKind
+from bench.chaos.threads import DriverThread
 from tests.support.redis_server import BundledRedis
 from tests.support.stack import Proc, Stack
 from tests.support.waiting import wait_for
@@ -186,7 +187,7 @@ def healthy(url: str) -> bool:
         return False
 
 
-class FaultDriver(threading.Thread):
+class FaultDriver(DriverThread):
     """Strikes each scheduled fault once the runs' progress reaches its point.
 
     ``progress()`` is the share of runs started (0..1). A kill is aimed, half the
@@ -205,7 +206,7 @@ class FaultDriver(threading.Thread):
         started: float,
         say: Callable[[str], None],
     ) -> None:
-        super().__init__(name="chaos-faults", daemon=True)
+        super().__init__("chaos-faults")
         self.processes = processes
         self.schedule = schedule
         self.rng = rng
@@ -215,27 +216,23 @@ class FaultDriver(threading.Thread):
         self.say = say
         self.faults: list[Fault] = []
         self.begun = 0
-        self.error: BaseException | None = None
-        self.stopping = threading.Event()
 
-    def run(self) -> None:
-        try:
-            for point, kind in self.schedule:
-                while self.progress() < point and not self.stopping.is_set():
-                    time.sleep(0.05)
-                if self.stopping.is_set():
-                    return
-                self.stopping.wait(self.rng.uniform(0.0, 1.5))
-                self.begun += 1
-                at = time.monotonic() - self.started
-                self.say(f"{kind} ...")
-                detail = self.strike(kind)
-                self.say(f"{kind}: {detail}")
-                self.faults.append(Fault(round(at, 1), kind, detail))
-        except BaseException as exc:  # noqa: BLE001 - reported by the caller
-            self.error = exc
-        finally:
-            self.begun = len(self.schedule)
+    def work(self) -> None:
+        for point, kind in self.schedule:
+            while self.progress() < point and not self.stopping.is_set():
+                time.sleep(0.05)
+            if self.stopping.is_set():
+                return
+            self.stopping.wait(self.rng.uniform(0.0, 1.5))
+            self.begun += 1
+            at = time.monotonic() - self.started
+            self.say(f"{kind} ...")
+            detail = self.strike(kind)
+            self.say(f"{kind}: {detail}")
+            self.faults.append(Fault(round(at, 1), kind, detail))
+
+    def done(self) -> None:
+        self.begun = len(self.schedule)
 
     def strike(self, kind: FaultKind) -> str:
         if kind is FaultKind.KILL:

@@ -41,6 +41,7 @@ from bench.chaos.plan import (
     make_plans,
 )
 from bench.chaos.report import Outcome, say
+from bench.chaos.threads import DriverThread
 from bench.chaos.watch import Watchers
 from effects.models import Outbox
 from runs.models import Step, Task
@@ -204,7 +205,7 @@ def _quiet(request: Any, address: Any) -> None:
     return None
 
 
-def _join(*threads: Any) -> None:
+def _join(*threads: DriverThread) -> None:
     while any(thread.is_alive() for thread in threads):
         if any(thread.error is not None for thread in threads):
             for thread in threads:

@@ -29,7 +29,7 @@ from tests.support.replies import AnyReply, RecordingHandler, delay, text, tool_
 from tests.support.runs import start
 from tests.support.scripted_model import ScriptedModel, tool_names_by_call_id
 from tests.support.stack import Stack
-from tests.support.waiting import wait_for
+from tests.support.waiting import in_threads, wait_for
 
 TICKET = {"title": "Rotate the cache keys", "body": "Before Friday."}
 SHORT_LEASES = {
@@ -247,11 +247,7 @@ def test_of_many_workers_claiming_one_task_at_once_exactly_one_wins(alice, demo)
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=claim, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(20)
+    in_threads(claim, 8, timeout=20)
 
     assert len(epochs) == 8
     assert [e for e in epochs if e is not None] == [1]

@@ -21,6 +21,7 @@ from memory.services import (
     memory_update,
 )
 from tests.support.memory import remembered
+from tests.support.waiting import in_threads
 
 pytestmark = [pytest.mark.django_db, pytest.mark.dbsensitive]
 
@@ -128,11 +129,7 @@ def test_writes_on_one_subject_at_once_leave_one_live_item_and_one_history(alice
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=write, args=(n,)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    in_threads(write, 6, timeout=60)
     assert not errors, errors
     [live] = MemoryItem.objects.filter(status=MemoryItem.Status.LIVE)
     older = history_of(live)

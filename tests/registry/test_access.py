@@ -23,7 +23,7 @@ from registry.services import agent_snapshot, agent_snapshot_of
 from runs import services as runs
 from runs.models import Task
 from tests.support.admin_forms import admin_form_data
-from tests.support.clients import bearer_client, logged_in
+from tests.support.clients import bearer_client, logged_in, post_message
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import advance, ask, start
 from tests.support.scripted_model import tool_messages
@@ -200,11 +200,7 @@ def test_a_message_to_an_agent_no_longer_allowed_is_refused(demo, finance):
     conversation = runs.conversation_create(owner=demo.bob, agent=finance)
     client = bearer_client(demo.bob)
 
-    response = client.post(
-        f"/api/conversations/{conversation.pk}/messages/",
-        {"content": "hi"},
-        format="json",
-    )
+    response = post_message(client, conversation.pk, "hi")
 
     assert response.status_code == 403
     assert "You may not use the agent 'finance'" in response.json()["error"]

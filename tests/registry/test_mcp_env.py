@@ -7,6 +7,8 @@ this process's environment (model keys, other servers' secrets) reaches it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from registry.adapters import mcp
@@ -17,6 +19,16 @@ from tests.support.clients import logged_in
 from tests.support.mcp_server import stdio_command
 
 pytestmark = pytest.mark.django_db
+
+
+def stdio_server(
+    *, name: str = "orders", env: dict[str, Any] | None = None
+) -> MCPServer:
+    """A stdio server row launching the suite's MCP server, with ``env`` if given."""
+    extra = {} if env is None else {"env": env}
+    return MCPServer.objects.create(
+        name=name, transport="stdio", command=stdio_command(), **extra
+    )
 
 
 @pytest.mark.parametrize(
@@ -40,11 +52,8 @@ def test_good_environment_settings_pass():
 
 def test_the_config_fills_in_secrets_and_keeps_them_out_of_its_repr():
     secret_set(name="ORDERS_TOKEN", value="tok-123456789")
-    server = MCPServer.objects.create(
-        name="orders",
-        transport="stdio",
-        command=stdio_command(),
-        env={"ORDERS_TOKEN": "Bearer {{secret:ORDERS_TOKEN}}", "ORDERS_REGION": "eu"},
+    server = stdio_server(
+        env={"ORDERS_TOKEN": "Bearer {{secret:ORDERS_TOKEN}}", "ORDERS_REGION": "eu"}
     )
 
     config = mcp.ServerConfig.of(server)
@@ -58,12 +67,7 @@ def test_the_config_fills_in_secrets_and_keeps_them_out_of_its_repr():
 
 
 def test_a_missing_secret_says_which_one_before_anything_starts():
-    server = MCPServer.objects.create(
-        name="orders",
-        transport="stdio",
-        command=stdio_command(),
-        env={"ORDERS_TOKEN": "{{secret:NOT_THERE}}"},
-    )
+    server = stdio_server(env={"ORDERS_TOKEN": "{{secret:NOT_THERE}}"})
     with pytest.raises(mcp.MCPUnavailable, match="NOT_THERE"):
         mcp.ServerConfig.of(server).check()
 
@@ -72,10 +76,8 @@ def test_the_server_gets_its_environment_and_nothing_else(monkeypatch):
     monkeypatch.setenv("REACH_SECRET_OTHER_SERVERS_KEY", "not-for-orders")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-orders")
     secret_set(name="ORDERS_TOKEN", value="tok-abc")
-    server = MCPServer.objects.create(
+    server = stdio_server(
         name="orders-env",
-        transport="stdio",
-        command=stdio_command(),
         env={"ORDERS_ECHO_ENV": "1", "ORDERS_TOKEN": "{{secret:ORDERS_TOKEN}}"},
     )
     config = mcp.ServerConfig.of(server)
@@ -93,9 +95,7 @@ def test_the_server_gets_its_environment_and_nothing_else(monkeypatch):
 
 def test_admins_set_a_server_s_environment_in_the_admin(demo):
     admin = logged_in(demo.admin)
-    server = MCPServer.objects.create(
-        name="orders", transport="stdio", command=stdio_command()
-    )
+    server = stdio_server()
     url = f"/admin/registry/mcpserver/{server.pk}/change/"
     data = admin_form_data(admin.get(url))
 

@@ -19,14 +19,20 @@ from django.utils import timezone
 
 from audit.models import AuditEvent, AuditKind
 from engine.pricing import format_usd
-from engine.spec import StepKind, StepRecord, StepStatus
+from engine.spec import StepKind
 from registry.models import ModelPrice, Tool
 from registry.services import model_price, tool_save
 from runs import services as runs
 from runs.models import DailyBudget, Message, Task
-from tests.support.clients import fork, import_trace, logged_in, trace_of
+from tests.support.clients import (
+    fork,
+    import_trace,
+    logged_in,
+    post_message,
+    trace_of,
+)
 from tests.support.replies import Script, text, tool_call, with_usage, without_usage
-from tests.support.runs import advance, ask, claimed
+from tests.support.runs import advance, ask, claimed, model_step
 from tests.support.scripted_model import tool_messages
 from traces.replay import task_rerun
 
@@ -249,11 +255,7 @@ def test_a_user_over_the_daily_budget_gets_429_saying_when_it_resets(
 
     client = api_client_for(alice)
     conversation = first.conversation_id
-    response = client.post(
-        f"/api/conversations/{conversation}/messages/",
-        {"content": "and now?"},
-        format="json",
-    )
+    response = post_message(client, conversation, "and now?")
 
     assert response.status_code == 429, response.content
     body = response.json()
@@ -277,11 +279,7 @@ def test_a_user_over_the_daily_budget_gets_429_saying_when_it_resets(
         'data-testid="daily-budget"' in chat and "Your daily budget is used up" in chat
     )
     bob_conversation = runs.conversation_create(owner=bob, agent=demo.agent)
-    ok = api_client_for(bob).post(
-        f"/api/conversations/{bob_conversation.pk}/messages/",
-        {"content": "hi"},
-        format="json",
-    )
+    ok = post_message(api_client_for(bob), bob_conversation.pk, "hi")
     assert ok.status_code == 202, ok.content
 
 
@@ -297,11 +295,7 @@ def test_the_default_daily_budget_in_usd_applies_to_users_without_their_own(
 
     for user, expected in ((alice, 429), (bob, 202)):
         conversation = runs.conversation_create(owner=user, agent=demo.agent)
-        response = api_client_for(user).post(
-            f"/api/conversations/{conversation.pk}/messages/",
-            {"content": "more"},
-            format="json",
-        )
+        response = post_message(api_client_for(user), conversation.pk, "more")
         assert response.status_code == expected, (user, response.content)
 
 
@@ -314,11 +308,7 @@ def test_yesterdays_runs_do_not_count_toward_todays_budget(
     Task.objects.filter(pk=first.pk).update(
         created_at=timezone.now() - dt.timedelta(days=1)
     )
-    response = api_client_for(alice).post(
-        f"/api/conversations/{first.conversation_id}/messages/",
-        {"content": "new day"},
-        format="json",
-    )
+    response = post_message(api_client_for(alice), first.conversation_id, "new day")
     assert response.status_code == 202, response.content
 
 
@@ -363,14 +353,7 @@ def test_a_model_steps_cost_is_added_by_the_one_bump_of_its_write(alice, demo):
         pattern=demo.agent.effective_model, input_usd_per_m=1, output_usd_per_m=2
     )
     journal = claimed(alice, demo.agent, owner="w1")
-    step = StepRecord(
-        seq=1,
-        kind=StepKind.MODEL_CALL,
-        status=StepStatus.SUCCEEDED,
-        model="scripted-model",
-        usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
-        cost_usd=0.25,
-    )
+    step = model_step("scripted-model", cost_usd=0.25)
     with CaptureQueriesContext(connection) as queries:
         journal.append([step])
 

@@ -13,7 +13,7 @@ from engine.spec import StepKind, StepRecord, StepStatus, utcnow
 from runs import events as notify
 from runs.models import Task
 from runs.payloads import task_payload
-from tests.support.runs import claimed
+from tests.support.runs import claimed, model_step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,13 +107,7 @@ def test_a_model_step_and_the_finish_push_the_task_as_stored(alice, demo, monkey
     journal = claimed(alice, demo.agent, owner="w1")
     sent: list[dict[str, Any]] = []
     monkeypatch.setattr(notify, "push", lambda group, message: sent.append(message))
-    model = StepRecord(
-        seq=1,
-        kind=StepKind.MODEL_CALL,
-        status=StepStatus.SUCCEEDED,
-        model="m",
-        usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
-    )
+    model = model_step("m")
     journal.append([model])
     journal.finish(StopReason.FINAL_ANSWER, answer="done", message=None)
 

@@ -57,3 +57,12 @@ def import_trace(client: Any, document: Any) -> Any:
 def fork(client: Any, task: Any, **body: Any) -> Any:
     """``POST /api/tasks/<id>/fork/`` with ``body`` (``from_seq``, ``arguments``...)."""
     return client.post(f"/api/tasks/{task.pk}/fork/", body, format="json")
+
+
+def post_message(client: Any, conversation_id: Any, content: str) -> Any:
+    """``POST /api/conversations/<id>/messages/``: a new message, a new run."""
+    return client.post(
+        f"/api/conversations/{conversation_id}/messages/",
+        {"content": content},
+        format="json",
+    )

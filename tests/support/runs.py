@@ -1,7 +1,8 @@
 """Runs in-process, as the ``advance`` Celery task would drive them.
 
 Start, advance and ask (start then advance); a claimed journal for writing steps
-by hand; the pending approvals of a task and deciding them; users in a group.
+by hand (and model and note steps to write); the pending approvals of a task
+and deciding them; users in a group.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def claimed(
     epoch = runs.task_claim(task_id=task.pk, owner=owner)
     assert epoch is not None
     return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner=owner, epoch=epoch)
+
+
+def model_step(model: str, **fields: Any) -> StepRecord:
+    """A succeeded model_call step at seq 1 that used 10 tokens (7 in, 3 out)."""
+    return StepRecord(
+        seq=1,
+        kind=StepKind.MODEL_CALL,
+        status=StepStatus.SUCCEEDED,
+        model=model,
+        usage={"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+        **fields,
+    )
 
 
 def note_steps(first: int, count: int) -> list[StepRecord]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,3 +32,13 @@ def wait_for(
                 message += "\n" + detail()
             raise TimeoutError(message)
         time.sleep(interval)
+
+
+def in_threads(target: Callable[[int], Any], count: int, *, timeout: float) -> None:
+    """Run ``target(0)`` … ``target(count - 1)`` each in its own thread, all at
+    once, and wait up to ``timeout`` seconds for each to end."""
+    threads = [threading.Thread(target=target, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)

@@ -1,0 +1,33 @@
+"""The driver's own threads: stoppable, and keeping their failure to report."""
+
+from __future__ import annotations
+
+import threading
+
+
+class DriverThread(threading.Thread):
+    """A daemon thread of the chaos driver.
+
+    ``work()`` does the thread's job until done or until ``stopping`` is set; a
+    failure is kept in ``error`` for the session to report, and ``done()`` runs
+    last either way.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.error: BaseException | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            self.error = exc
+        finally:
+            self.done()
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+    def done(self) -> None:
+        """Called when the thread ends, whether ``work()`` failed or not."""
