@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .canonical import canonical_hash, dumps
+from .json_input import text_problem
 from .spec import (
     Attempt,
     CallContext,
@@ -284,7 +285,10 @@ def ensure_json(value: Any) -> Any:
 def _check_plain(value: Any, depth: int) -> None:
     if depth > 64:
         raise ValueError("The tool returned data nested too deeply.")
-    if value is None or isinstance(value, (bool, int, str)):
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, str):
+        _check_text(value)
         return
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
@@ -294,6 +298,7 @@ def _check_plain(value: Any, depth: int) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValueError("The tool returned an object with non-string keys.")
+            _check_text(key)
             _check_plain(item, depth + 1)
         return
     if isinstance(value, (list, tuple)):
@@ -301,6 +306,14 @@ def _check_plain(value: Any, depth: int) -> None:
             _check_plain(item, depth + 1)
         return
     raise ValueError(f"The tool returned a {type(value).__name__}, not JSON data.")
+
+
+def _check_text(text: str) -> None:
+    # What no UTF-8 encoder nor PostgreSQL stores (a lone surrogate from a
+    # "\ud800" escape, a NUL) would fail the step's write, not the call.
+    problem = text_problem(text)
+    if problem is not None:
+        raise ValueError(f"The tool returned text that cannot be stored: {problem}.")
 
 
 def select_fields(value: Any, pointers: Sequence[str]) -> Any:

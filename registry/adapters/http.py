@@ -61,6 +61,7 @@ from django.db import close_old_connections, connection
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.execution import RetryableToolError, ToolError, select_fields
+from engine.json_input import loads_strict
 from engine.redaction import MIN_SECRET_LENGTH
 from engine.spec import CallContext, Handler, Risk
 from infra.runtime import redactor
@@ -657,8 +658,9 @@ def _result(
     content_type = headers.get("content-type", "").lower()
     if content and "json" in content_type:
         try:
-            data = json.loads(content)
+            data = loads_strict(text)
         except ValueError:
+            # Not JSON after all (or nested past what is taken in): the text.
             pass
         else:
             return select_fields(data, options.response_fields)

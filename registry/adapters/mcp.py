@@ -39,6 +39,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from engine.execution import RetryableToolError, ToolError
+from engine.json_input import loads_strict
 from engine.planning import check_parameters_schema, check_tool_name
 from engine.spec import ApprovalMode, CallContext, Handler, Risk
 
@@ -657,7 +658,7 @@ def _maybe_json(text: str) -> Any:
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
         try:
-            return json.loads(stripped)
+            return loads_strict(stripped)
         except ValueError:
             return text
     return text

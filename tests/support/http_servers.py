@@ -54,8 +54,12 @@ class Reply:
     text: str | None = None
     content_type: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: Bytes sent as they are (a malformed answer), with ``content_type``.
+    raw: bytes | None = None
 
     def encode(self) -> tuple[bytes, str]:
+        if self.raw is not None:
+            return self.raw, self.content_type or "application/octet-stream"
         if self.text is not None:
             return self.text.encode(), self.content_type or "text/plain; charset=utf-8"
         if self.data is None:
