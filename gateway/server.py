@@ -82,7 +82,7 @@ def build_server(*, agent_name: str | None = None) -> Server[Any]:
     """The gateway's MCP server over the tools of ``agent_name`` (None: the default)."""
 
     def tools_sync(user: Any) -> list[types.Tool]:
-        agent = gateway_agent(name=agent_name)
+        agent = gateway_agent(name=agent_name, user=user)
         return [mcp_tool(d) for d in gateway_tools(agent=agent, user=user)]
 
     async def list_tools(
@@ -96,7 +96,7 @@ def build_server(*, agent_name: str | None = None) -> Server[Any]:
     ) -> types.CallToolResult:
         user = _user()
         try:
-            agent = await sync_to_async(gateway_agent)(name=agent_name)
+            agent = await sync_to_async(gateway_agent)(name=agent_name, user=user)
             task = await sync_to_async(gateway_call_start)(
                 user=user,
                 agent=agent,

@@ -30,6 +30,7 @@ from engine.spec import (
 )
 from gateway.model import GATEWAY_KEY, GATEWAY_MODEL, GatewayCall
 from infra import runtime
+from registry.access import may_use_agent
 from registry.models import Agent
 from registry.services import agent_snapshot_of
 from runs import selectors
@@ -64,15 +65,22 @@ def gateway_user(*, token: str | None = None, username: str | None = None) -> An
     raise GatewayError("Name a user or give a token.")
 
 
-def gateway_agent(*, name: str | None = None) -> Agent:
+def gateway_agent(*, name: str | None = None, user: Any = None) -> Agent:
     """The agent whose tools and policy the gateway serves: the named one or the
-    default, as a new conversation would talk to."""
+    default, as a new conversation would talk to; with ``user``, one that user
+    may use (registry.access), as the chat and the API require."""
     agent = (
-        Agent.objects.filter(name=name).first() if name else selectors.default_agent()
+        Agent.objects.filter(name=name).first()
+        if name
+        else selectors.default_agent(user)
     )
     if agent is None:
         raise GatewayError(
             f"No agent named '{name}'." if name else "No agent is configured."
+        )
+    if user is not None and not may_use_agent(user, agent):
+        raise GatewayError(
+            f"You may not use the agent '{agent.name}'; an admin can give you access."
         )
     return agent
 

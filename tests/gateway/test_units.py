@@ -67,3 +67,16 @@ def test_the_stdio_command_is_mcp_serve_and_answers_to_its_earlier_name_too():
     earlier = load_command_class("gateway", "mcp_gateway")
     assert type(serve) is type(earlier)
     assert "stdio" in serve.help
+
+
+@pytest.mark.django_db
+def test_the_gateway_serves_an_agent_only_to_those_who_may_use_it(alice, bob, demo):
+    from gateway.services import GatewayError, gateway_agent
+
+    demo.agent.allowed_users.add(alice)
+    assert gateway_agent(name=demo.agent.name, user=alice) == demo.agent
+    with pytest.raises(GatewayError, match="may not use the agent"):
+        gateway_agent(name=demo.agent.name, user=bob)
+    # Nor as the default: bob has no agent he may use.
+    with pytest.raises(GatewayError):
+        gateway_agent(user=bob)

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         token = options.get("token") or os.environ.get("REACH_MCP_TOKEN")
         try:
             user = gateway_user(token=token, username=options.get("user"))
-            gateway_agent(name=options.get("agent"))
+            gateway_agent(name=options.get("agent"), user=user)
         except GatewayError as exc:
             raise CommandError(str(exc)) from exc
         asyncio.run(serve_stdio(user=user, agent_name=options.get("agent")))
