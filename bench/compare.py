@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from bench.profile_summary import summarise_profile
 from infra.processes import spawn
 from reach_site.launcher import is_ours
 
@@ -744,8 +745,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     text += memory_report(memory, args.conc_n)
     summary["memory"] = memory
     if args.profile:
-        from bench.profile_summary import summarise_profile
-
         timed = [o for o in seq if o["peer"].startswith("platform")]
         steps = sum(o["timed_tasks"] * (args.steps + 1) for o in timed)
         for name in PROFILED:
