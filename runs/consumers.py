@@ -279,16 +279,12 @@ class TaskConsumer(ReachConsumer):
                 return True
             if self._dirty or int(message["base"]) > self.cursor:
                 return False
-            for event in message["steps"]:
-                if int(event["step"]["rev"]) > self.cursor:
-                    await self.send_json(event)
-            task = message["task"]
             rev = int(message["rev"])
+            steps = [e for e in message["steps"] if int(e["step"]["rev"]) > self.cursor]
             # An older message than what a read already sent is not sent again.
-            if task is not None and rev > self.cursor:
-                await self.send_json(task)
-                self.status_sent = str(task["task"]["status"])
-            self.cursor = max(self.cursor, rev)
+            task = message["task"] if rev > self.cursor else None
+            status = str(task["task"]["status"]) if task is not None else None
+            await self._send(steps, task, cursor=rev, status=status)
             return True
 
     async def send_changes(
@@ -311,12 +307,31 @@ class TaskConsumer(ReachConsumer):
                 # The task is gone (purged or deleted): nothing is left to watch.
                 await self.refuse()
                 return
-            for event in changes.steps:
-                await self.send_json(event)
-            if changes.task is not None:
-                await self.send_json(changes.task)
-            self.status_sent = changes.status
-            self.cursor = max(self.cursor, changes.cursor)
+            await self._send(
+                changes.steps,
+                changes.task,
+                cursor=changes.cursor,
+                status=changes.status,
+            )
+
+    async def _send(
+        self,
+        steps: list[dict[str, Any]],
+        task: dict[str, Any] | None,
+        *,
+        cursor: int,
+        status: str | None,
+    ) -> None:
+        """Send step events, then the task event, in that order (under the
+        caller's ``_sending`` lock); then the client has every change up to
+        ``cursor`` and, when ``status`` is given, the task as of that status."""
+        for event in steps:
+            await self.send_json(event)
+        if task is not None:
+            await self.send_json(task)
+        if status is not None:
+            self.status_sent = status
+        self.cursor = max(self.cursor, cursor)
 
 
 def resume_point(scope: dict[str, Any]) -> int | None:
