@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from audit.purge import purge_in_batches
 from audit.services import audit_append
 from engine.context import estimate_chars_tokens
 from engine.spec import (
@@ -614,24 +615,14 @@ def memories_purge(*, now: datetime | None = None) -> int:
         status__in=[MemoryItem.Status.SUPERSEDED, MemoryItem.Status.FORGOTTEN],
         updated_at__lt=cutoff,
     ) | Q(expires_at__lt=cutoff)
-    total = 0
-    while True:
-        ids = list(MemoryItem.objects.filter(ended).values_list("pk", flat=True)[:500])
-        if not ids:
-            return total
-        with transaction.atomic():
-            MemoryItem.objects.filter(pk__in=ids).delete()
-            audit_append(
-                kind=MemoryAuditKind.PURGED,
-                actor="system",
-                object_type="memory",
-                data={
-                    "count": len(ids),
-                    "before": cutoff.isoformat(),
-                    "items": [str(pk) for pk in ids],
-                },
-            )
-        total += len(ids)
+    return purge_in_batches(
+        MemoryItem.objects.filter(ended),
+        delete=lambda ids: MemoryItem.objects.filter(pk__in=ids).delete(),
+        cutoff=cutoff,
+        kind=MemoryAuditKind.PURGED,
+        object_type="memory",
+        listed_as="items",
+    )
 
 
 def _audit(

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -108,6 +108,19 @@ def conversation_create(*, owner: Any, agent: Any) -> Conversation:
     now = timezone.now()
     return Conversation.objects.create(
         owner=owner, agent=agent, created_at=now, updated_at=now
+    )
+
+
+def message_add(
+    *, task: Task, role: Message.Role, content: str, at: datetime
+) -> Message:
+    """Add a chat line of ``task`` to its conversation: its goal or its reply."""
+    return Message.objects.create(
+        conversation_id=task.conversation_id,
+        role=role,
+        content=content,
+        task=task,
+        created_at=at,
     )
 
 
@@ -213,13 +226,7 @@ def task_start(
             created_at=now,
             updated_at=now,
         )
-        Message.objects.create(
-            conversation=conversation,
-            role=Message.Role.USER,
-            content=content,
-            task=task,
-            created_at=now,
-        )
+        message_add(task=task, role=Message.Role.USER, content=content, at=now)
         if parent is None and (memory := ports.memory_for(task=task)) is not None:
             # What is remembered goes first, as a step; a tainted item taints the
             # run from its start (as taint inherited from earlier turns does).
@@ -310,13 +317,7 @@ def _finish_task(
     task.lease_expires_at = None
     task.rev += 1
     text = answer if answer is not None else (message or _reason_text(reason))
-    Message.objects.create(
-        conversation_id=task.conversation_id,
-        role=Message.Role.ASSISTANT,
-        content=text,
-        task=task,
-        created_at=now,
-    )
+    message_add(task=task, role=Message.Role.ASSISTANT, content=text, at=now)
     Conversation.objects.filter(pk=task.conversation_id).update(updated_at=now)
     audit_task(
         AuditKind.TASK_FINISHED,

@@ -35,6 +35,7 @@ from engine.spec import (
 from infra.runtime import redactor
 from registry.models import Agent
 from runs.models import Conversation, Message, Step, Task
+from runs.services import message_add
 from traces.export import FORMAT
 
 MAX_STEPS = 20_000
@@ -462,21 +463,14 @@ def trace_import(*, document: Any, user: Any) -> Task:
                 updated_at=now,
             )
             Step.objects.bulk_create(_steps(task, steps_doc, old_id))
-            Message.objects.create(
-                conversation=conversation,
-                role=Message.Role.USER,
-                content=goal,
+            message_add(task=task, role=Message.Role.USER, content=goal, at=created)
+            message_add(
                 task=task,
-                created_at=created,
-            )
-            Message.objects.create(
-                conversation=conversation,
                 role=Message.Role.ASSISTANT,
                 content=source.get("final_answer")
                 or source.get("error")
                 or f"Stopped ({source.get('stop_reason')}).",
-                task=task,
-                created_at=finished,
+                at=finished,
             )
             audit_task(
                 AuditKind.TRACE_IMPORTED,

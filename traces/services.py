@@ -6,12 +6,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import AuditKind
-from audit.services import audit_append
+from audit.purge import purge_in_batches
 from runs.models import Conversation, Message, Task
 
 #: Tasks deleted per purge transaction (each batch leaves one tombstone).
@@ -26,6 +25,19 @@ def _purgeable(cutoff: Any) -> Any:
     )
 
 
+def _delete_traces(ids: list[Any]) -> None:
+    """Delete tasks (their steps go with them), their messages and emptied chats."""
+    conversations = set(
+        Task.objects.filter(pk__in=ids).values_list("conversation_id", flat=True)
+    )
+    # The goal and the reply are payloads of the run too.
+    Message.objects.filter(task_id__in=ids).delete()
+    Task.objects.filter(pk__in=ids).delete()
+    Conversation.objects.filter(pk__in=conversations, tasks=None).filter(
+        messages=None
+    ).delete()
+
+
 def traces_purge(*, now: Any = None) -> int:
     """Delete finished traces older than the retention; leave an audit tombstone.
 
@@ -37,31 +49,12 @@ def traces_purge(*, now: Any = None) -> int:
     if days <= 0:
         return 0
     cutoff = (now or timezone.now()) - timedelta(days=days)
-    total = 0
-    while True:
-        ids = list(_purgeable(cutoff).values_list("pk", flat=True)[:PURGE_BATCH])
-        if not ids:
-            return total
-        with transaction.atomic():
-            conversations = set(
-                Task.objects.filter(pk__in=ids).values_list(
-                    "conversation_id", flat=True
-                )
-            )
-            # The goal and the reply are payloads of the run too.
-            Message.objects.filter(task_id__in=ids).delete()
-            Task.objects.filter(pk__in=ids).delete()
-            Conversation.objects.filter(pk__in=conversations, tasks=None).filter(
-                messages=None
-            ).delete()
-            audit_append(
-                kind=AuditKind.TRACES_PURGED,
-                actor="system",
-                object_type="task",
-                data={
-                    "count": len(ids),
-                    "before": cutoff.isoformat(),
-                    "tasks": [str(pk) for pk in ids],
-                },
-            )
-        total += len(ids)
+    return purge_in_batches(
+        _purgeable(cutoff),
+        delete=_delete_traces,
+        cutoff=cutoff,
+        kind=AuditKind.TRACES_PURGED,
+        object_type="task",
+        listed_as="tasks",
+        batch=PURGE_BATCH,
+    )
