@@ -61,7 +61,7 @@ from __future__ import annotations
 import ast
 import math
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
@@ -269,31 +269,45 @@ def _arg_error(name: str, expected: str, value: object) -> EvaluationError:
     return EvaluationError(f"{name}() expects {expected}, got {_describe(value)}.")
 
 
-def _fn_len(args: Sequence[object]) -> object:
-    value = args[0]
-    if value is None:
-        return None
-    if isinstance(value, str | list | tuple | dict | set | frozenset):
-        return len(value)
-    raise _arg_error("len", "text or a list", value)
+def _unary(
+    name: str,
+    expected: str,
+    accepts: Callable[[object], TypeGuard[_T]],
+    apply: Callable[[_T], object],
+) -> Callable[[Sequence[object]], object]:
+    """A one-argument function: None passes through (a missing argument is no
+    error), a value ``accepts`` refuses is named in the error."""
+
+    def impl(args: Sequence[object]) -> object:
+        value = args[0]
+        if value is None:
+            return None
+        if not accepts(value):
+            raise _arg_error(name, expected, value)
+        return apply(value)
+
+    return impl
 
 
-def _fn_lower(args: Sequence[object]) -> object:
-    value = args[0]
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _arg_error("lower", "text", value)
-    return value.lower()
+def _is_text(value: object) -> TypeGuard[str]:
+    return isinstance(value, str)
 
 
-def _fn_upper(args: Sequence[object]) -> object:
-    value = args[0]
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _arg_error("upper", "text", value)
-    return value.upper()
+def _is_sized(value: object) -> TypeGuard[Sized]:
+    return isinstance(value, str | list | tuple | dict | set | frozenset)
+
+
+def _domain(address: str) -> str:
+    if "@" not in address:
+        return ""
+    return address.strip().rpartition("@")[2].strip().rstrip(">").strip().lower()
+
+
+_fn_len = _unary("len", "text or a list", _is_sized, len)
+_fn_lower = _unary("lower", "text", _is_text, str.lower)
+_fn_upper = _unary("upper", "text", _is_text, str.upper)
+_fn_domain = _unary("domain", "an email address (text)", _is_text, _domain)
+_fn_abs = _unary("abs", "a number", _is_number, abs)
 
 
 def _text_options(name: str, value: object) -> list[str]:
@@ -342,26 +356,6 @@ def _fn_contains(args: Sequence[object]) -> object:
     if isinstance(container, list | tuple | dict | set | frozenset):
         return any(_loose_equal(element, item) for element in container)
     raise _arg_error("contains", "text or a list as its first argument", container)
-
-
-def _fn_domain(args: Sequence[object]) -> object:
-    value = args[0]
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise _arg_error("domain", "an email address (text)", value)
-    if "@" not in value:
-        return ""
-    return value.strip().rpartition("@")[2].strip().rstrip(">").strip().lower()
-
-
-def _fn_abs(args: Sequence[object]) -> object:
-    value = args[0]
-    if value is None:
-        return None
-    if not _is_number(value):
-        raise _arg_error("abs", "a number", value)
-    return abs(value)
 
 
 def _extreme(name: str, args: Sequence[object], pick: Callable[..., object]) -> object:

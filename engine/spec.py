@@ -439,13 +439,7 @@ class Attempt:
     error_class: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "started_at": self.started_at,
-            "duration_ms": round(self.duration_ms, 3),
-            "error": self.error,
-            "error_class": self.error_class,
-        }
+        return {**asdict(self), "duration_ms": round(self.duration_ms, 3)}
 
 
 @dataclass

@@ -173,61 +173,52 @@ def gateway_call_outcome(*, task_id: Any) -> CallOutcome:
             approval_expires_at=approval.expires_at if approval else None,
         )
     if not final:
-        return CallOutcome(
-            task_id=tid,
-            status=task.status,
-            done=False,
-            is_error=True,
-            text=f"The call is still running; task {tid}.",
-        )
+        return _outcome(task, f"The call is still running; task {tid}.", done=False)
     if step is None:
         # Stopped before any call was planned (cancelled, a budget, an error).
         reason = task.error_message or task.stop_reason or task.status
-        return CallOutcome(
-            task_id=tid,
-            status=task.status,
-            done=True,
-            is_error=True,
-            text=f"The call did not run: {reason}.",
-        )
+        return _outcome(task, f"The call did not run: {reason}.")
     detail = step.detail or {}
     if step.status in _ANSWERED:
-        return CallOutcome(
-            task_id=tid,
-            status=task.status,
-            done=True,
-            is_error=False,
-            text=dumps(step.result),
-            result=step.result,
-        )
+        return _outcome(task, dumps(step.result), is_error=False, result=step.result)
     if step.status == StepStatus.REJECTED:
         decision = detail.get(DetailKey.DECISION) or {}
         reason = detail.get(DetailKey.REASON) or decision.get("reason") or ""
         who = decision.get("by")
         text = f"Rejected by {who}" if who else "Rejected"
-        return CallOutcome(
-            task_id=tid,
-            status=task.status,
-            done=True,
-            is_error=True,
-            text=f"{text}: {reason}" if reason else f"{text}.",
+        return _outcome(
+            task,
+            f"{text}: {reason}" if reason else f"{text}.",
             approval_id=decision.get("approval"),
         )
     if step.status == StepStatus.EXPIRED:
-        return CallOutcome(
-            task_id=tid,
-            status=task.status,
-            done=True,
-            is_error=True,
-            text="The approval expired before anyone decided; the call did not run.",
+        return _outcome(
+            task, "The approval expired before anyone decided; the call did not run."
         )
     # Failed (validation, the tool's own error), denied by policy, or skipped.
+    return _outcome(
+        task, f"{step.status}: {step.error or step.error_class or 'it did not succeed'}"
+    )
+
+
+def _outcome(
+    task: Task,
+    text: str,
+    *,
+    done: bool = True,
+    is_error: bool = True,
+    result: Any = None,
+    approval_id: str | None = None,
+) -> CallOutcome:
+    """The call's outcome at ``task``'s current status; by default a final error."""
     return CallOutcome(
-        task_id=tid,
+        task_id=str(task.pk),
         status=task.status,
-        done=True,
-        is_error=True,
-        text=f"{step.status}: {step.error or step.error_class or 'it did not succeed'}",
+        done=done,
+        is_error=is_error,
+        text=text,
+        result=result,
+        approval_id=approval_id,
     )
 
 

@@ -11,7 +11,7 @@ of a run reads it.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db.models import Q, Sum
@@ -73,10 +73,8 @@ class BudgetStatus:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "max_cost_usd": self.max_cost_usd,
-            "max_tokens": self.max_tokens,
+            **asdict(self),
             "spent_cost_usd": round(self.spent_cost_usd, 8),
-            "spent_tokens": self.spent_tokens,
             "resets_at": self.resets_at.isoformat(),
         }
 

@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import httpx
@@ -247,6 +247,7 @@ def effect_happened(tool: str, key: str, http_keys: Callable[[], list[str]]) -> 
 # -- the users and the operator ----------------------------------------------------
 
 
+@dataclass(eq=False, repr=False)
 class Creator(DriverThread):
     """Starts every planned run through the API, ``concurrency`` at a time.
 
@@ -254,24 +255,16 @@ class Creator(DriverThread):
     have begun, so the faults land among runs in flight, however fast either is.
     """
 
-    def __init__(
-        self,
-        runs: list[Run],
-        apis: dict[str, Api],
-        *,
-        concurrency: int,
-        may_start: Callable[[int], bool],
-        on_start: Callable[[Run], None],
-        say: Callable[[str], None],
-    ) -> None:
-        super().__init__("chaos-creator")
-        self.runs = runs
-        self.apis = apis
-        self.concurrency = concurrency
-        self.may_start = may_start
-        self.on_start = on_start
-        self.say = say
-        self.started = 0
+    thread_name = "chaos-creator"
+
+    runs: list[Run]
+    apis: dict[str, Api]
+    _: KW_ONLY
+    concurrency: int
+    may_start: Callable[[int], bool]
+    on_start: Callable[[Run], None]
+    say: Callable[[str], None]
+    started: int = field(default=0, init=False)
 
     def work(self) -> None:
         for run in self.runs:
@@ -300,6 +293,7 @@ class Creator(DriverThread):
         return Task.objects.filter(pk__in=ids, status__in=ACTIVE).count()
 
 
+@dataclass(eq=False, repr=False)
 class Approver(DriverThread):
     """The operator: decides pending requests through the API.
 
@@ -308,25 +302,18 @@ class Approver(DriverThread):
     when it did not. Runs planned to park are left waiting for a human.
     """
 
-    def __init__(
-        self,
-        api: Api,
-        runs: dict[str, Run],
-        *,
-        seed: int,
-        reject_fraction: float,
-        http_keys: Callable[[], list[str]],
-    ) -> None:
-        super().__init__("chaos-approver")
-        self.api = api
-        self.runs = runs
-        self.seed = seed
-        self.reject_fraction = reject_fraction
-        self.http_keys = http_keys
-        self.decided: list[Decided] = []
-        self.seen: dict[str, float] = {}
-        self.handled: set[str] = set()
-        self.idle = threading.Event()
+    thread_name = "chaos-approver"
+
+    api: Api
+    runs: dict[str, Run]
+    _: KW_ONLY
+    seed: int
+    reject_fraction: float
+    http_keys: Callable[[], list[str]]
+    decided: list[Decided] = field(default_factory=list, init=False)
+    seen: dict[str, float] = field(default_factory=dict, init=False)
+    handled: set[str] = field(default_factory=set, init=False)
+    idle: threading.Event = field(default_factory=threading.Event, init=False)
 
     def work(self) -> None:
         while not self.stopping.is_set():

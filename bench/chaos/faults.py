@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 import httpx
 import psycopg
@@ -187,6 +187,7 @@ def healthy(url: str) -> bool:
         return False
 
 
+@dataclass(eq=False, repr=False)
 class FaultDriver(DriverThread):
     """Strikes each scheduled fault once the runs' progress reaches its point.
 
@@ -195,27 +196,18 @@ class FaultDriver(DriverThread):
     its pid) — the moment that decides whether a write happens twice.
     """
 
-    def __init__(
-        self,
-        processes: Processes,
-        schedule: list[tuple[float, FaultKind]],
-        *,
-        rng: random.Random,
-        progress: Callable[[], float],
-        busy_worker: Callable[[], int | None],
-        started: float,
-        say: Callable[[str], None],
-    ) -> None:
-        super().__init__("chaos-faults")
-        self.processes = processes
-        self.schedule = schedule
-        self.rng = rng
-        self.progress = progress
-        self.busy_worker = busy_worker
-        self.started = started
-        self.say = say
-        self.faults: list[Fault] = []
-        self.begun = 0
+    thread_name = "chaos-faults"
+
+    processes: Processes
+    schedule: list[tuple[float, FaultKind]]
+    _: KW_ONLY
+    rng: random.Random
+    progress: Callable[[], float]
+    busy_worker: Callable[[], int | None]
+    started: float
+    say: Callable[[str], None]
+    faults: list[Fault] = field(default_factory=list, init=False)
+    begun: int = field(default=0, init=False)
 
     def work(self) -> None:
         for point, kind in self.schedule:

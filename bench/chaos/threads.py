@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import ClassVar
 
 
 class DriverThread(threading.Thread):
@@ -11,10 +12,17 @@ class DriverThread(threading.Thread):
     ``work()`` does the thread's job until done or until ``stopping`` is set; a
     failure is kept in ``error`` for the session to report, and ``done()`` runs
     last either way.
+
+    Each driver is a ``@dataclass(eq=False, repr=False)`` (threads compare by
+    identity and keep their own repr): its fields are what the session hands it,
+    each named once, and the thread itself is set up after them.
     """
 
-    def __init__(self, name: str) -> None:
-        super().__init__(name=name, daemon=True)
+    #: The thread's name, as tracebacks and ``threading.enumerate()`` show it.
+    thread_name: ClassVar[str] = "chaos-driver"
+
+    def __post_init__(self) -> None:
+        super().__init__(name=self.thread_name, daemon=True)
         self.error: BaseException | None = None
         self.stopping = threading.Event()
 
