@@ -19,7 +19,7 @@ from approvals.models import ApprovalRequest
 from registry.models import Tool
 from tests.fuzz.samples import HTTP_TOOL, MALFORMED, nested, trace
 from tests.support.cast import EMAIL
-from tests.support.clients import bearer_client, decision_url
+from tests.support.clients import bearer_client, decision_url, post_json
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask, pending
 
@@ -78,9 +78,7 @@ def refusals(
     problems = []
     for label, body in cases:
         before = snapshot()
-        response = client.generic(
-            "POST", url, raw(body), content_type="application/json"
-        )
+        response = post_json(client, url, body)
         code = response.status_code
         try:
             answer = response.json()

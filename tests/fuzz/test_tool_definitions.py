@@ -20,7 +20,7 @@ from registry.models import Tool, ToolVersion
 from registry.payloads import TOOL_FIELDS
 from tests.fuzz.samples import HTTP_TOOL
 from tests.fuzz.strategies import fuzz_settings, json_values
-from tests.support.clients import bearer_client
+from tests.support.clients import bearer_client, post_json
 
 pytestmark = pytest.mark.django_db
 
@@ -65,12 +65,7 @@ def test_a_mutated_definition_registers_or_is_refused_with_nothing_written(
     client = bearer_client(admin_user)
     before = counts()
 
-    response = client.generic(
-        "POST",
-        "/api/tools/",
-        json.dumps(definition).encode(),
-        content_type="application/json",
-    )
+    response = post_json(client, "/api/tools/", definition)
 
     answer = response.json()
     assert response.status_code in (200, 201, 400), (response.status_code, answer)

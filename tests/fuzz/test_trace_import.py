@@ -20,7 +20,7 @@ from audit.models import AuditEvent
 from runs.models import Conversation, Message, Step, Task
 from tests.fuzz.samples import trace
 from tests.fuzz.strategies import fuzz_settings, json_values
-from tests.support.clients import bearer_client, logged_in
+from tests.support.clients import bearer_client, logged_in, post_json
 
 pytestmark = pytest.mark.django_db
 
@@ -99,13 +99,7 @@ def test_a_mutated_trace_imports_whole_or_is_refused_with_nothing_written(
     client = bearer_client(operator)
     before = counts()
 
-    # Encoded here: ASCII escapes carry lone surrogates as a client would.
-    response = client.generic(
-        "POST",
-        "/api/traces/import/",
-        json.dumps(document).encode(),
-        content_type="application/json",
-    )
+    response = post_json(client, "/api/traces/import/", document)
 
     assert response.status_code in (201, 400), (response.status_code, document)
     answer = response.json()

@@ -17,7 +17,7 @@ from memory.services import history_of, memory_note
 from runs.models import Task
 from tests.support.clients import fork, import_trace, trace_of
 from tests.support.memory import memory_note_of, remembered
-from tests.support.replies import Script, text, tool_call
+from tests.support.replies import Script, calls_then_answers, text, tool_call
 from tests.support.runs import ask, start
 from tests.support.scripted_model import tool_messages
 from traces.replay import task_rerun
@@ -33,13 +33,9 @@ def system_texts(request):
 
 def test_remember_then_recall_in_a_later_conversation(alice, companion, model):
     script = model(
-        Script(
-            [
-                tool_call("remember", FRENCH),
-                text("Noted: French from now on."),
-                tool_call("recall", {"query": "answer language"}),
-                text("Le budget est de 1088."),
-            ]
+        calls_then_answers(
+            ("remember", FRENCH, "Noted: French from now on."),
+            ("recall", {"query": "answer language"}, "Le budget est de 1088."),
         )
     )
     first = ask(alice, companion, "Please remember that I want answers in French.")
@@ -115,17 +111,11 @@ def test_the_memory_block_stays_within_its_share_of_the_context(
 def test_writing_on_the_same_subject_supersedes_and_keeps_the_history(
     alice, companion, model
 ):
+    german = {"subject": "Answer  Language", "fact": "Alice wants German."}
     model(
-        Script(
-            [
-                tool_call("remember", FRENCH),
-                text("Noted."),
-                tool_call(
-                    "remember",
-                    {"subject": "Answer  Language", "fact": "Alice wants German."},
-                ),
-                text("Noted."),
-            ]
+        calls_then_answers(
+            ("remember", FRENCH, "Noted."),
+            ("remember", german, "Noted."),
         )
     )
     first = ask(alice, companion, "Remember: answers in French.")
@@ -147,21 +137,11 @@ def test_writing_on_the_same_subject_supersedes_and_keeps_the_history(
 def test_an_item_kept_for_some_days_expires_and_is_no_longer_given(
     alice, companion, model
 ):
+    trip = {"subject": "trip", "fact": "Alice is in Lyon this week.", "days": 7}
     model(
-        Script(
-            [
-                tool_call(
-                    "remember",
-                    {
-                        "subject": "trip",
-                        "fact": "Alice is in Lyon this week.",
-                        "days": 7,
-                    },
-                ),
-                text("Noted."),
-                tool_call("recall", {"query": "trip Lyon"}),
-                text("I have nothing on that."),
-            ]
+        calls_then_answers(
+            ("remember", trip, "Noted."),
+            ("recall", {"query": "trip Lyon"}, "I have nothing on that."),
         )
     )
     ask(alice, companion, "Remember I am in Lyon this week.")
@@ -180,13 +160,9 @@ def test_forget_stops_recalling_the_subject_and_keeps_it_in_the_history(
 ):
     item = remembered(alice, "Alice is vegetarian.", "diet")
     model(
-        Script(
-            [
-                tool_call("forget", {"subject": "Diet"}),
-                text("Forgotten."),
-                tool_call("forget", {"subject": "diet"}),
-                text("Nothing to forget."),
-            ]
+        calls_then_answers(
+            ("forget", {"subject": "Diet"}, "Forgotten."),
+            ("forget", {"subject": "diet"}, "Nothing to forget."),
         )
     )
     task = ask(alice, companion, "Forget my diet.")

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.probes import probe
 
 PROBE = """
 import json, sys
@@ -47,16 +42,7 @@ def test_the_light_beat_sends_the_django_apps_schedule_without_loading_the_apps(
         "REDIS_URL": settings.CELERY_BROKER_URL,
         "REACH_REAPER_INTERVAL_S": str(settings.REACH_REAPER_INTERVAL_S),
     }
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = probe(PROBE, env)
     assert seen["schedule"] == expected
     assert {"reap leases", "expire approvals", "dispatch outbox"} <= set(expected)
     assert seen["apps_loaded"] is False and seen["models_loaded"] is False

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.probes import ROOT, probe
 
 
 def _pool(**env: str) -> dict[str, int]:
@@ -28,16 +24,7 @@ def _pool(**env: str) -> dict[str, int]:
         "import json; from django.conf import settings; "
         "print(json.dumps(settings.DATABASES['default']['OPTIONS']['pool']))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=child,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return probe(code, child)
 
 
 def test_the_pool_covers_every_worker_thread_by_default():

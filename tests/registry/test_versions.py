@@ -10,7 +10,7 @@ from registry.services import tool_save
 from runs import services as runs
 from runs.models import Step
 from tests.support.admin_forms import admin_form_data
-from tests.support.replies import Script, text, tool_call
+from tests.support.replies import calls_then_answers
 
 
 def latest(tool: Tool) -> ToolVersion:
@@ -98,13 +98,9 @@ def test_an_unchanged_admin_form_makes_no_version(client, demo):
 @pytest.mark.django_db(transaction=True)
 def test_a_trace_records_the_tool_version_each_run_used(alice, demo, model):
     model(
-        Script(
-            [
-                tool_call("calculate", {"expression": "1 + 1"}),
-                text("2"),
-                tool_call("calculate", {"expression": "2 + 2"}),
-                text("4"),
-            ]
+        calls_then_answers(
+            ("calculate", {"expression": "1 + 1"}, "2"),
+            ("calculate", {"expression": "2 + 2"}, "4"),
         )
     )
     conversation = runs.conversation_create(owner=alice, agent=demo.agent)

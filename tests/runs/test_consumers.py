@@ -7,11 +7,13 @@ import uuid
 from unittest import mock
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
 from approvals.consumers import ApprovalsConsumer
+from infra.push import push, task_group
 from reach_site.asgi import application
 from runs import events as notify
 from runs import services as runs
@@ -43,6 +45,28 @@ def task_with_steps(user, agent, count=3):
     journal = claimed(user, agent, "hello")
     journal.append(note_steps(1, count))
     return Task.objects.get(pk=journal.task_id)
+
+
+async def watched_task(user, agent, count=3):
+    """A task with ``count`` steps, and ``user``'s socket on it (connected)."""
+    task = await task_with_steps(user, agent, count=count)
+    comm = task_socket(user, str(task.pk))
+    assert (await comm.connect())[0]
+    return task, comm
+
+
+async def poke(task, message=None):
+    """Push ``message`` (by default a bare "something changed") to the task."""
+    message = message or {"type": "reach.changed"}
+    await sync_to_async(lambda: push(task_group(task.pk), message).result(5))()
+
+
+async def received_until_quiet(comm):
+    """Every message the socket sends until it stays quiet for half a second."""
+    received = []
+    while not await comm.receive_nothing(timeout=0.5):
+        received.append(await comm.receive_json_from(timeout=5))
+    return received
 
 
 async def test_the_owner_connects_and_resume_sends_every_step_after_the_rev(
@@ -92,39 +116,23 @@ async def test_anonymous_users_and_foreign_origins_are_refused(alice, demo):
 
 
 async def test_a_poke_sends_every_change_since_the_last_one_then_the_task(alice, demo):
-    from asgiref.sync import sync_to_async
-
-    from infra.push import push, task_group
-
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent, count=1)
     await task_with_more_steps(task, count=2, pushed=False)
 
-    await sync_to_async(
-        lambda: push(task_group(task.pk), {"type": "reach.changed"}).result(5)
-    )()
+    await poke(task)
     first, second, last = [await comm.receive_json_from(timeout=5) for _ in range(3)]
     assert [m["step"]["seq"] for m in (first, second)] == [2, 3]
     assert first["step"]["rev"] < second["step"]["rev"]
     assert "note 1" in first["html"]
     assert last["type"] == "task" and last["task"]["rev"] >= second["step"]["rev"]
     # Nothing changed since: a second poke sends nothing.
-    await sync_to_async(
-        lambda: push(task_group(task.pk), {"type": "reach.changed"}).result(5)
-    )()
+    await poke(task)
     assert await comm.receive_nothing(timeout=0.5)
     await comm.disconnect()
 
 
 async def test_a_burst_of_pokes_sends_each_change_once_in_rev_order(alice, demo):
-    from asgiref.sync import sync_to_async
-
-    from infra.push import push, task_group
-
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent, count=1)
     await task_with_more_steps(task, count=3, pushed=False)
 
     def burst() -> None:
@@ -133,9 +141,7 @@ async def test_a_burst_of_pokes_sends_each_change_once_in_rev_order(alice, demo)
             future.result(5)
 
     await sync_to_async(burst)()
-    received = []
-    while not await comm.receive_nothing(timeout=0.5):
-        received.append(await comm.receive_json_from(timeout=5))
+    received = await received_until_quiet(comm)
     steps = [m for m in received if m["type"] == "step"]
     assert [m["step"]["seq"] for m in steps] == [2, 3, 4]
     revs = [m["step"]["rev"] for m in steps]
@@ -152,9 +158,7 @@ async def test_a_pushed_change_is_sent_as_pushed_without_reading_it_back(
 ):
     import runs.consumers as consumers
 
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent, count=1)
     reads: list[int] = []
     real = consumers.changes_since
     monkeypatch.setattr(
@@ -174,32 +178,21 @@ async def test_a_pushed_change_is_sent_as_pushed_without_reading_it_back(
 async def test_a_watcher_that_missed_a_push_reads_the_gap_and_sends_it_once(
     alice, demo
 ):
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent, count=1)
     await task_with_more_steps(task, count=2, pushed=False)
     # The next push starts after the lost one: the watcher reads what it lacks.
     await task_with_more_steps(task, count=1)
-    received = []
-    while not await comm.receive_nothing(timeout=0.5):
-        received.append(await comm.receive_json_from(timeout=5))
+    received = await received_until_quiet(comm)
     steps = [m["step"]["seq"] for m in received if m["type"] == "step"]
     assert steps == [2, 3, 4]
     await comm.disconnect()
 
 
 async def test_a_push_older_than_what_a_read_sent_is_not_sent_again(alice, demo):
-    from asgiref.sync import sync_to_async
-
-    from infra.push import push, task_group
-
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent, count=1)
     await task_with_more_steps(task, count=2, pushed=False)
     await comm.send_json_to({"type": "resume", "after": 0})
-    while not await comm.receive_nothing(timeout=0.5):
-        await comm.receive_json_from(timeout=5)
+    await received_until_quiet(comm)
     row = await database_sync_to_async(Task.objects.get)(pk=task.pk)
     # A late copy of an early change: (base, rev] is behind what was sent.
     stale = {
@@ -209,7 +202,7 @@ async def test_a_push_older_than_what_a_read_sent_is_not_sent_again(alice, demo)
         "steps": [{"type": "step", "step": {"rev": row.rev - 1}}],
         "task": {"type": "task", "task": {"status": "queued"}},
     }
-    await sync_to_async(lambda: push(task_group(task.pk), stale).result(5))()
+    await poke(task, stale)
     assert await comm.receive_nothing(timeout=0.5)
     await comm.disconnect()
 
@@ -223,9 +216,7 @@ async def test_after_on_the_url_sends_what_is_newer_on_connect_then_live_in_orde
     comm = task_socket(alice, f"{task.pk}", query=f"after={first_rev}")
     assert (await comm.connect())[0]
     await task_with_more_steps(task, count=1)
-    received = []
-    while not await comm.receive_nothing(timeout=0.5):
-        received.append(await comm.receive_json_from(timeout=5))
+    received = await received_until_quiet(comm)
     steps = [m["step"] for m in received if m["type"] == "step"]
     assert [s["seq"] for s in steps] == [2, 3, 4]
     revs = [s["rev"] for s in steps]
@@ -237,9 +228,7 @@ async def test_after_on_the_url_sends_what_is_newer_on_connect_then_live_in_orde
 
 async def test_a_live_task_is_read_again_when_a_push_was_lost(alice, demo, monkeypatch):
     monkeypatch.setattr(TaskConsumer, "RESYNC_S", 0.2)
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent, count=1)
     # Committed while Redis was down, say: no push, no poke reaches the socket.
     await task_with_more_steps(task, count=1, pushed=False)
     step = await comm.receive_json_from(timeout=5)
@@ -259,9 +248,7 @@ async def test_only_approvers_connect_to_the_approval_queue(alice, operator, dem
 async def test_resume_of_a_task_purged_after_connect_closes_like_a_refused_task(
     alice, demo
 ):
-    task = await task_with_steps(alice, demo.agent)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent)
     refused = task_socket(alice, str(uuid.uuid4()))
     connected, refused_code = await refused.connect()
     assert not connected
@@ -276,18 +263,10 @@ async def test_resume_of_a_task_purged_after_connect_closes_like_a_refused_task(
 async def test_a_poke_for_a_task_purged_after_connect_closes_like_a_refused_task(
     alice, demo
 ):
-    from asgiref.sync import sync_to_async
-
-    from infra.push import push, task_group
-
-    task = await task_with_steps(alice, demo.agent)
-    comm = task_socket(alice, str(task.pk))
-    assert (await comm.connect())[0]
+    task, comm = await watched_task(alice, demo.agent)
     await database_sync_to_async(Task.objects.filter(pk=task.pk).delete)()
 
-    await sync_to_async(
-        lambda: push(task_group(task.pk), {"type": "reach.changed"}).result(5)
-    )()
+    await poke(task)
     closed = await comm.receive_output(timeout=5)
     assert closed == {"type": "websocket.close", "code": 4403}
     await comm.disconnect()

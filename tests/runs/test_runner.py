@@ -15,7 +15,7 @@ from runs import services as runs
 from runs.models import Message, Step, Task
 from tests.support.cast import FOLLOW_UP, QUESTION, TICKET
 from tests.support.ports import free_port
-from tests.support.replies import Reply, Script, text, tool_call
+from tests.support.replies import Reply, Script, calls_then_answers, text, tool_call
 from tests.support.runs import ask, claimed, start
 from tests.support.scripted_model import RedisScript, tool_messages
 from traces.export import inherited_taint
@@ -264,13 +264,9 @@ def test_two_tasks_reading_notes_at_the_same_step_are_two_taint_sources(
     alice, demo, model
 ):
     model(
-        Script(
-            [
-                tool_call("search_notes", {"keyword": "Redis"}),
-                text("first"),
-                tool_call("search_notes", {"keyword": "日志"}),
-                text("second"),
-            ]
+        calls_then_answers(
+            ("search_notes", {"keyword": "Redis"}, "first"),
+            ("search_notes", {"keyword": "日志"}, "second"),
         )
     )
     first = ask(alice, demo.agent, "read the Redis note")

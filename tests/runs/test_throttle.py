@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from infra import runtime
 from tests.support.ports import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.probes import ROOT, printed_json
 
 #: One "web process": the configured throttle classes, asked ``tries`` times for
 #: one user; prints how many requests they allowed.
@@ -52,7 +49,7 @@ def web_processes(count: int, tries: int, env: dict[str, str]) -> list[int]:
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-        allowed.append(json.loads(out.strip().splitlines()[-1])["allowed"])
+        allowed.append(printed_json(out)["allowed"])
     return allowed
 
 

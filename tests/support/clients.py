@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.test import Client
@@ -21,6 +22,14 @@ def bearer_client(user: Any, name: str = "test") -> APIClient:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {bearer_token(user, name)}")
     return client
+
+
+def post_json(client: Any, url: str, body: Any) -> Any:
+    """POST ``body`` as JSON text encoded here: bytes as they are, anything else
+    through ``json.dumps``, whose ASCII escapes carry lone surrogates as a client
+    would send them (the test client's own encoder cannot)."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return client.generic("POST", url, data, content_type="application/json")
 
 
 def logged_in(user: Any, **options: Any) -> Client:

@@ -15,13 +15,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from tests.support.lifecycle import Started
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class Sequence:
         return reply(hit) if callable(reply) else reply
 
 
-class LocalServer:
+class LocalServer(Started):
     """A threaded HTTP server on a loopback address; ``url(path)`` builds URLs."""
 
     def __init__(
@@ -164,7 +166,7 @@ class LocalServer:
             daemon=True,
         )
 
-    def start(self) -> LocalServer:
+    def start(self) -> Self:
         self._thread.start()
         return self
 

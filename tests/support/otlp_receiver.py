@@ -12,7 +12,7 @@ import datetime as dt
 import gzip
 import threading
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -21,7 +21,6 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from tests.support.http_servers import Hit, LocalServer, Reply
-from tests.support.lifecycle import Started
 
 TRACES_PATH = "/v1/traces"
 
@@ -103,17 +102,16 @@ def decode(body: bytes) -> list[ReceivedSpan]:
     return spans
 
 
-class OtlpReceiver(Started):
+class OtlpReceiver(LocalServer):
     """A collector's OTLP/HTTP endpoint; ``endpoint`` is what
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` takes (the exporter adds ``/v1/traces``)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        super().__init__(self._respond)
         self._spans: list[ReceivedSpan] = []
         self._open = threading.Event()
         self._open.set()
         self.requests = 0
-        self._server = LocalServer(self._respond)
 
     def _respond(self, hit: Hit) -> Reply:
         with self._lock:
@@ -121,7 +119,7 @@ class OtlpReceiver(Started):
         # A hung collector: the request is in, the answer never comes (until
         # release or stop).
         while not self._open.wait(0.05):
-            if self._server.released.is_set():
+            if self.released.is_set():
                 return Reply(status=503)
         if hit.method != "POST" or hit.path != TRACES_PATH:
             return Reply(status=404)
@@ -134,17 +132,13 @@ class OtlpReceiver(Started):
         # An ExportTraceServiceResponse with nothing rejected encodes as no bytes.
         return Reply(text="", content_type="application/x-protobuf")
 
-    def start(self) -> Self:
-        self._server.start()
-        return self
-
     def stop(self) -> None:
         self._open.set()
-        self._server.stop()
+        super().stop()
 
     @property
     def endpoint(self) -> str:
-        return self._server.url("").rstrip("/")
+        return self.url("").rstrip("/")
 
     def hold(self) -> None:
         self._open.clear()

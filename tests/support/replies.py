@@ -1,8 +1,9 @@
 """What a scripted model says: the one vocabulary of every test model.
 
 Builders (``text``, ``tool_call``, ``tool_calls``, ``error``, ``delay``, ``hang``)
-make replies; a ``Script`` plays them in order. Both test models speak it: the
-OpenAI-compatible HTTP server (``tests.support.scripted_model``) and the
+make replies; a ``Script`` plays them in order (``calls_then_answers`` builds the
+common one: runs that each call one tool, then answer). Both test models speak
+it: the OpenAI-compatible HTTP server (``tests.support.scripted_model``) and the
 in-process ``FakeModel`` of the Django-free engine tests
 (``tests.support.engine_doubles``). Standard library only: no Django here.
 """
@@ -26,6 +27,7 @@ __all__ = [
     "Script",
     "ScriptStep",
     "ToolCall",
+    "calls_then_answers",
     "delay",
     "error",
     "hang",
@@ -267,3 +269,13 @@ class Script(RecordingHandler):
     def exhausted(self) -> bool:
         """Whether every scripted step was used."""
         return self.remaining == 0
+
+
+def calls_then_answers(*runs: tuple[str, Mapping[str, Any] | str, str]) -> Script:
+    """A script for runs that each call one tool, then answer: ``(name,
+    arguments, answer)`` a run, in the order the runs come."""
+    return Script(
+        reply
+        for name, arguments, answer in runs
+        for reply in (tool_call(name, arguments), text(answer))
+    )

@@ -35,10 +35,9 @@ def redis_task(alice: Any, demo: Any, redis_script: RedisScript) -> Task:
 
 
 @pytest.fixture
-def emails_decided(alice: Any, operator: Any, demo: Any, model: Any) -> Task:
-    """alice asks to mail the report and the model sends two emails: the operator
-    approves the first as ``EDITED_EMAIL`` and rejects the second (to the boss,
-    "not the boss"); the run then finishes."""
+def emails_waiting(alice: Any, demo: Any, model: Any) -> Task:
+    """alice asks to mail the report and the model sends two emails (the second
+    to the boss): the run is parked on their approvals."""
     model(
         Script(
             [
@@ -48,8 +47,15 @@ def emails_decided(alice: Any, operator: Any, demo: Any, model: Any) -> Task:
             ]
         )
     )
-    task = ask(alice, demo.agent, "mail the report")
-    task = decide(task, operator, "approve", arguments=EDITED_EMAIL)
+    return ask(alice, demo.agent, "mail the report")
+
+
+@pytest.fixture
+def emails_decided(emails_waiting: Task, operator: Any) -> Task:
+    """``emails_waiting`` decided: the operator approves the first email as
+    ``EDITED_EMAIL`` and rejects the second ("not the boss"); the run then
+    finishes."""
+    task = decide(emails_waiting, operator, "approve", arguments=EDITED_EMAIL)
     return decide(task, operator, "reject", reason="not the boss")
 
 

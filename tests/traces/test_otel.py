@@ -23,7 +23,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 from registry.secrets import secret_set
 from runs.models import Step, Task
-from tests.support.cast import EDITED_EMAIL, EMAIL, QUESTION
+from tests.support.cast import EDITED_EMAIL, QUESTION
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask, decide
@@ -165,18 +165,10 @@ def test_a_finished_run_arrives_as_one_genai_trace_with_the_steps_times(
 
 
 def test_a_run_resumed_after_approvals_is_one_trace_with_each_human_wait_a_span(
-    alice, operator, demo, model, collector
+    operator, collector, emails_waiting
 ):
-    model(
-        Script(
-            [
-                tool_call("send_email", EMAIL),
-                tool_call("send_email", {**EMAIL, "to": "boss@example.com"}),
-                text("sent one, the other was refused"),
-            ]
-        )
-    )
-    task = ask(alice, demo.agent, "mail the report")
+    # ``collector`` is requested first: it listens before the run starts.
+    task = emails_waiting
     assert task.status == "waiting_approval"
     # Parked is not finished: nothing is exported yet.
     assert trace_of(collector, task) == []
