@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
-
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from infra.rows import optional_user, uuid_id
 
 
 class ApprovalDecision(models.TextChoices):
@@ -33,7 +33,7 @@ class ApprovalRequest(models.Model):
         ACTION = "action", "Approve an action"
         RECOVERY = "recovery", "Did it happen? (outcome unknown after a crash)"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = uuid_id()
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.ACTION)
     task = models.ForeignKey(
         "runs.Task", on_delete=models.CASCADE, related_name="approvals"
@@ -60,13 +60,7 @@ class ApprovalRequest(models.Model):
     )
     requested_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(db_index=True)
-    decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
+    decided_by = optional_user(related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
     # What the deciding approver chose. ``status`` says whether the call may run

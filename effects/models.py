@@ -5,10 +5,10 @@ The tables keep the names they had in the ``agents`` app (``db_table``).
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from infra.rows import optional_user
 from runs.models import Task
 
 
@@ -17,9 +17,7 @@ class Note(models.Model):
 
     title = models.CharField(max_length=200)
     content = models.TextField()
-    author = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
+    author = optional_user()
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

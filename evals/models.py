@@ -7,12 +7,11 @@ repetition of one case: a conversation of one or more real tasks.
 
 from __future__ import annotations
 
-import uuid
-
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from infra.rows import uuid_id
 from registry.models import Agent
 from runs.models import Conversation, Task
 
@@ -46,7 +45,7 @@ class EvalReport(models.Model):
         DONE = "done"
         FAILED = "failed"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = uuid_id()
     suite = models.ForeignKey(Suite, on_delete=models.PROTECT, related_name="reports")
     # The suite as it was when the report started (a later edit changes nothing).
     document = models.JSONField()

@@ -12,7 +12,6 @@ given to.
 from __future__ import annotations
 
 import secrets
-import uuid
 from enum import StrEnum
 
 from django.conf import settings
@@ -20,6 +19,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from infra.rows import optional_user, uuid_id
 from registry.models import Agent
 from runs.models import Task
 
@@ -53,7 +53,7 @@ class MemoryItem(models.Model):
         RUN = "run", "A run (the task and step that wrote it)"
         PERSON = "person", "A person"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = uuid_id()
     scope = models.CharField(max_length=10, choices=Scope.choices)
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -89,13 +89,7 @@ class MemoryItem(models.Model):
         Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     source_seq = models.PositiveIntegerField(null=True, blank=True)
-    source_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name="+",
-    )
+    source_user = optional_user(related_name="+")
     #: The source in words, kept when the task is purged or the person deleted.
     source_label = models.CharField(max_length=200, blank=True)
     #: Who forgot it (a run's step or a person), in words.

@@ -93,6 +93,38 @@ ACCESS_FIELDSET = (
 )
 
 
+class AuditedAdmin(admin.ModelAdmin):
+    """An admin whose every save appends an audit event: who changed what.
+
+    Set the event's kinds and object type; say how a row is named (and what
+    the event records of it) in :meth:`audit_object_id` and :meth:`audit_data`.
+    """
+
+    #: The kind of a change, and of an addition (None: the same kind).
+    audit_kind: AuditKind
+    audit_added_kind: AuditKind | None = None
+    audit_object_type: str
+
+    def audit_object_id(self, obj: Any) -> str:
+        raise NotImplementedError
+
+    def audit_data(self, obj: Any) -> dict[str, Any] | None:
+        return None
+
+    def save_model(
+        self, request: HttpRequest, obj: Any, form: Any, change: bool
+    ) -> None:
+        super().save_model(request, obj, form, change)
+        added_kind = self.audit_added_kind or self.audit_kind
+        audit_append(
+            kind=self.audit_kind if change else added_kind,
+            actor=request.user,
+            object_type=self.audit_object_type,
+            object_id=self.audit_object_id(obj),
+            data=self.audit_data(obj),
+        )
+
+
 class AccessAdminMixin:
     """Who may use an agent or a tool: the form's fields, a list column, and an
     audit event whenever the lists change."""
@@ -490,8 +522,11 @@ class ToolAdmin(AccessAdminMixin, ToolQualityMixin, HttpTryItMixin, admin.ModelA
 
 
 @admin.register(Agent)
-class AgentAdmin(AccessAdminMixin, admin.ModelAdmin):
+class AgentAdmin(AccessAdminMixin, AuditedAdmin):
     formfield_overrides = JSON_FIELDS
+    audit_kind = AuditKind.AGENT_CHANGED
+    audit_added_kind = AuditKind.AGENT_CREATED
+    audit_object_type = "agent"
     list_display = (
         "name",
         "model",
@@ -507,12 +542,6 @@ class AgentAdmin(AccessAdminMixin, admin.ModelAdmin):
         self, request: HttpRequest, obj: Agent, form: Any, change: bool
     ) -> None:
         super().save_model(request, obj, form, change)
-        audit_append(
-            kind=AuditKind.AGENT_CHANGED if change else AuditKind.AGENT_CREATED,
-            actor=request.user,
-            object_type="agent",
-            object_id=obj.name,
-        )
         if obj.max_cost_usd is not None and model_price(obj.effective_model) is None:
             messages.warning(
                 request,
@@ -521,10 +550,16 @@ class AgentAdmin(AccessAdminMixin, admin.ModelAdmin):
                 "Model prices.",
             )
 
+    def audit_object_id(self, obj: Agent) -> str:
+        return obj.name
+
 
 @admin.register(ModelPrice)
-class ModelPriceAdmin(admin.ModelAdmin):
+class ModelPriceAdmin(AuditedAdmin):
     """The price table: list prices per million tokens, editable in the list."""
+
+    audit_kind = AuditKind.PRICE_CHANGED
+    audit_object_type = "model_price"
 
     list_display = (
         "pattern",
@@ -541,25 +576,19 @@ class ModelPriceAdmin(admin.ModelAdmin):
     )
     search_fields = ("pattern", "note")
 
-    def save_model(
-        self, request: HttpRequest, obj: ModelPrice, form: Any, change: bool
-    ) -> None:
-        super().save_model(request, obj, form, change)
-        audit_append(
-            kind=AuditKind.PRICE_CHANGED,
-            actor=request.user,
-            object_type="model_price",
-            object_id=obj.pattern,
-            data={
-                "input_usd_per_m": str(obj.input_usd_per_m),
-                "cached_input_usd_per_m": (
-                    str(obj.cached_input_usd_per_m)
-                    if obj.cached_input_usd_per_m is not None
-                    else None
-                ),
-                "output_usd_per_m": str(obj.output_usd_per_m),
-            },
-        )
+    def audit_object_id(self, obj: ModelPrice) -> str:
+        return obj.pattern
+
+    def audit_data(self, obj: ModelPrice) -> dict[str, Any]:
+        return {
+            "input_usd_per_m": str(obj.input_usd_per_m),
+            "cached_input_usd_per_m": (
+                str(obj.cached_input_usd_per_m)
+                if obj.cached_input_usd_per_m is not None
+                else None
+            ),
+            "output_usd_per_m": str(obj.output_usd_per_m),
+        }
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

@@ -16,6 +16,7 @@ from django.utils import timezone
 from engine import spec as engine
 from engine.pricing import ModelPrice as EnginePrice
 from engine.routing import Routing, check_toolsets
+from infra.rows import optional_user, record_of
 
 _USERS_HELP = (
     "Who may use it: these users and the members of the groups below. Leave both "
@@ -38,7 +39,42 @@ def validate_toolsets(value: Any) -> None:
         raise ValidationError(str(exc)) from exc
 
 
-class Agent(models.Model):
+def _usable_by(
+    related_name: str,
+) -> tuple[models.ManyToManyField[Any, Any], models.ManyToManyField[Any, Any]]:
+    """Who may use an agent or a tool (registry.access): the users and the groups
+    whose members may; both empty means everyone."""
+    return (
+        models.ManyToManyField(
+            settings.AUTH_USER_MODEL,
+            blank=True,
+            related_name=related_name,
+            help_text=_USERS_HELP,
+        ),
+        models.ManyToManyField(
+            "auth.Group", blank=True, related_name=related_name, help_text=_GROUPS_HELP
+        ),
+    )
+
+
+class _Registered(models.Model):
+    """What an agent and a tool share: listed and shown by name, with when it was
+    registered and last changed."""
+
+    #: Each declares its own (a slug for an agent).
+    name: str
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Agent(_Registered):
     """An agent profile: instructions, model, which tools, and its limits."""
 
     class OnApprovalExpired(models.TextChoices):
@@ -90,44 +126,23 @@ class Agent(models.Model):
         choices=OnApprovalExpired.choices,
         default=OnApprovalExpired.TELL_MODEL,
     )
-    # Who may use it (registry.access): empty lists mean everyone.
-    allowed_users = models.ManyToManyField(
-        settings.AUTH_USER_MODEL,
-        blank=True,
-        related_name="usable_agents",
-        help_text=_USERS_HELP,
-    )
-    allowed_groups = models.ManyToManyField(
-        "auth.Group", blank=True, related_name="usable_agents", help_text=_GROUPS_HELP
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    allowed_users, allowed_groups = _usable_by("usable_agents")
 
-    class Meta:
+    class Meta(_Registered.Meta):
         db_table = "agents_agent"
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
 
     @property
     def effective_model(self) -> str:
         return self.model or settings.OPENAI_MODEL
 
     def limits(self) -> engine.Limits:
-        return engine.Limits(
-            max_steps=self.max_steps,
-            max_tool_calls=self.max_tool_calls,
-            tool_error_limit=self.tool_error_limit,
-            consecutive_failure_limit=self.consecutive_failure_limit,
+        return record_of(
+            self,
+            engine.Limits,
             time_budget_s=float(self.time_budget_s),
-            token_budget=self.token_budget,
-            context_budget_tokens=self.context_budget_tokens,
-            parallel_tool_calls=self.parallel_tool_calls,
             stop_on_approval_expired=(
                 self.on_approval_expired == self.OnApprovalExpired.STOP
             ),
-            max_cost_usd=self.max_cost_usd,
         )
 
     def routing(self) -> Routing | None:
@@ -153,7 +168,7 @@ class Agent(models.Model):
         ]
 
 
-class Tool(models.Model):
+class Tool(_Registered):
     """A tool the model may call: metadata, implementation and policy."""
 
     class Kind(models.TextChoices):
@@ -212,50 +227,24 @@ class Tool(models.Model):
         help_text="Imported tools start unconfirmed: an operator reviews the policy.",
     )
     version = models.PositiveIntegerField(default=1)
-    # Who may use it (registry.access): empty lists mean everyone. Not part of the
-    # definition (no new version): who may call a tool is not what it does.
-    allowed_users = models.ManyToManyField(
-        settings.AUTH_USER_MODEL,
-        blank=True,
-        related_name="usable_tools",
-        help_text=_USERS_HELP,
-    )
-    allowed_groups = models.ManyToManyField(
-        "auth.Group", blank=True, related_name="usable_tools", help_text=_GROUPS_HELP
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    # Not part of the definition (no new version): who may call a tool is not
+    # what it does.
+    allowed_users, allowed_groups = _usable_by("usable_tools")
 
-    class Meta:
+    class Meta(_Registered.Meta):
         db_table = "agents_tool"
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
 
     def spec(self) -> engine.ToolSpec:
-        return engine.ToolSpec(
-            name=self.name,
-            description=self.description,
-            parameters=self.parameters,
-            kind=self.kind,
+        return record_of(
+            self,
+            engine.ToolSpec,
             risk=engine.Risk(self.risk),
             approval=engine.ApprovalMode(self.approval),
             approval_rule=self.approval_rule or None,
-            approvals_required=self.approvals_required,
-            approval_ttl_s=self.approval_ttl_s,
-            untrusted_output=self.untrusted_output,
-            idempotent=self.idempotent,
-            timeout_s=self.timeout_s,
-            max_retries=self.max_retries,
-            max_result_chars=self.max_result_chars,
             result_fields=tuple(self.result_fields or ()),
-            cache_ttl_s=self.cache_ttl_s,
-            rate_limit_per_min=self.rate_limit_per_min,
-            max_calls_per_run=self.max_calls_per_run,
-            preview_template=self.preview_template,
             tags=tuple(self.tags or ()),
-            version=self.version,
+            # Worked out from the HTTP settings (registry.services.spec_for).
+            leaves_house=False,
         )
 
 
@@ -265,9 +254,7 @@ class ToolVersion(models.Model):
     tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="versions")
     version = models.PositiveIntegerField()
     definition = models.JSONField()
-    changed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
+    changed_by = optional_user()
     changed_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -329,6 +316,17 @@ class Secret(models.Model):
         return self.name
 
 
+def _usd_per_million(tokens: str, **options: Any) -> models.DecimalField[Any, Any]:
+    """A list price of ``tokens``: USD per million, never negative."""
+    return models.DecimalField(
+        f"{tokens} (USD per 1M tokens)",
+        max_digits=12,
+        decimal_places=6,
+        validators=[MinValueValidator(0)],
+        **options,
+    )
+
+
 class ModelPrice(models.Model):
     """List prices of a model, or of every model a glob pattern names.
 
@@ -343,28 +341,15 @@ class ModelPrice(models.Model):
         help_text="A model name (gpt-4o) or a glob pattern (gpt-4.1-mini*, "
         "claude-3-5-sonnet*), matched without regard to case.",
     )
-    input_usd_per_m = models.DecimalField(
-        "input (USD per 1M tokens)",
-        max_digits=12,
-        decimal_places=6,
-        validators=[MinValueValidator(0)],
-    )
-    cached_input_usd_per_m = models.DecimalField(
-        "cached input (USD per 1M tokens)",
-        max_digits=12,
-        decimal_places=6,
+    input_usd_per_m = _usd_per_million("input")
+    cached_input_usd_per_m = _usd_per_million(
+        "cached input",
         null=True,
         blank=True,
-        validators=[MinValueValidator(0)],
         help_text="Prompt tokens served from the endpoint's cache. Blank: the "
         "input price.",
     )
-    output_usd_per_m = models.DecimalField(
-        "output (USD per 1M tokens)",
-        max_digits=12,
-        decimal_places=6,
-        validators=[MinValueValidator(0)],
-    )
+    output_usd_per_m = _usd_per_million("output")
     note = models.CharField(max_length=200, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest
 
 from audit.models import AuditKind
-from audit.services import audit_append
 from engine.pricing import format_usd
-from registry.admin import ReadOnlyAdmin
+from registry.admin import AuditedAdmin, ReadOnlyAdmin
 from runs.models import ApiToken, Conversation, DailyBudget, Task
 
 
@@ -36,25 +34,22 @@ class TaskAdmin(ReadOnlyAdmin):
 
 
 @admin.register(DailyBudget)
-class DailyBudgetAdmin(admin.ModelAdmin):
+class DailyBudgetAdmin(AuditedAdmin):
     """What each user may spend per day; the row without a user is the default."""
+
+    audit_kind = AuditKind.BUDGET_CHANGED
+    audit_object_type = "daily_budget"
 
     list_display = ("__str__", "max_cost_usd", "max_tokens", "note", "updated_at")
     list_select_related = ("user",)
     autocomplete_fields = ("user",)
     search_fields = ("user__username", "note")
 
-    def save_model(
-        self, request: HttpRequest, obj: DailyBudget, form: Any, change: bool
-    ) -> None:
-        super().save_model(request, obj, form, change)
-        audit_append(
-            kind=AuditKind.BUDGET_CHANGED,
-            actor=request.user,
-            object_type="daily_budget",
-            object_id=obj.user.get_username() if obj.user is not None else "default",
-            data={"max_cost_usd": obj.max_cost_usd, "max_tokens": obj.max_tokens},
-        )
+    def audit_object_id(self, obj: DailyBudget) -> str:
+        return obj.user.get_username() if obj.user is not None else "default"
+
+    def audit_data(self, obj: DailyBudget) -> dict[str, Any]:
+        return {"max_cost_usd": obj.max_cost_usd, "max_tokens": obj.max_tokens}
 
 
 @admin.register(Conversation)

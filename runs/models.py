@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import uuid
 from typing import Any
 
 from django.conf import settings
@@ -17,11 +16,12 @@ from django.db import models
 from django.utils import timezone
 
 from engine import spec as engine
+from infra.rows import record_of, uuid_id
 from registry.models import Agent
 
 
 class Conversation(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = uuid_id()
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
@@ -75,7 +75,7 @@ class Task(models.Model):
     )
     ACTIVE = (Status.QUEUED, Status.RUNNING, Status.WAITING_APPROVAL)
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = uuid_id()
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="tasks"
     )
@@ -231,33 +231,15 @@ class Step(models.Model):
         return round((self.finished_at - self.started_at).total_seconds() * 1000, 1)
 
     def record(self) -> engine.StepRecord:
-        return engine.StepRecord(
-            seq=self.seq,
+        # The engine's types: enums, and lists and dicts that are never None.
+        return record_of(
+            self,
+            engine.StepRecord,
             kind=engine.StepKind(self.kind),
             status=engine.StepStatus(self.status),
-            tool=self.tool,
-            tool_version=self.tool_version,
-            call_id=self.call_id,
-            call_index=self.call_index,
-            parent_seq=self.parent_seq,
-            arguments=self.arguments,
-            raw_arguments=self.raw_arguments,
-            proposed_arguments=self.proposed_arguments,
-            result=self.result,
-            error=self.error,
-            error_class=self.error_class,
             attempts=list(self.attempts or []),
-            model=self.model,
-            request_id=self.request_id,
-            response=self.response,
-            usage=self.usage,
-            idempotency_key=self.idempotency_key,
             tainted_by=list(self.tainted_by or []),
-            started_at=self.started_at,
-            finished_at=self.finished_at,
             detail=dict(self.detail or {}),
-            cost_usd=self.cost_usd,
-            rev=self.rev,
         )
 
     #: The fields a step persists of the engine's record: every field of
