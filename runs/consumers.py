@@ -23,7 +23,7 @@ from django.conf import settings
 from engine.spec import FINAL_TASK_STATUSES
 from infra.push import task_group, user_group
 from runs.api.auth import token_group, token_user
-from runs.events import changes_since
+from runs.events import changes_since, with_html
 from runs.selectors import visible_tasks
 
 #: The close code of every refused socket: anonymous, foreign Origin, no
@@ -199,6 +199,7 @@ class TaskConsumer(ReachConsumer):
             # message after connect can only come after live frames newer than it.)
             self.cursor, self.status_sent = after, ""
         self._sending = asyncio.Lock()
+        self.html = wants_html(self.scope)
         return True
 
     def groups_for(self, user: Any) -> list[str]:
@@ -281,6 +282,8 @@ class TaskConsumer(ReachConsumer):
                 return False
             rev = int(message["rev"])
             steps = [e for e in message["steps"] if int(e["step"]["rev"]) > self.cursor]
+            if self.html:
+                steps = [with_html(e) for e in steps]
             # An older message than what a read already sent is not sent again.
             task = message["task"] if rev > self.cursor else None
             status = str(task["task"]["status"]) if task is not None else None
@@ -302,6 +305,7 @@ class TaskConsumer(ReachConsumer):
                 since,
                 status_sent=self.status_sent,
                 with_task=with_task,
+                html=self.html,
             )
             if not changes.status:
                 # The task is gone (purged or deleted): nothing is left to watch.
@@ -332,6 +336,16 @@ class TaskConsumer(ReachConsumer):
         if status is not None:
             self.status_sent = status
         self.cursor = max(self.cursor, cursor)
+
+
+def wants_html(scope: dict[str, Any]) -> bool:
+    """Whether the step events carry ``html``, the page's list item: for a
+    browser's session socket (the chat and trace pages draw it), and for a
+    program's only when its URL asks (``?html=1``); API.md's events have none."""
+    if offered_token(scope) is None:
+        return True
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("html")
+    return bool(values) and values[-1] in ("1", "true", "yes")
 
 
 def resume_point(scope: dict[str, Any]) -> int | None:

@@ -19,22 +19,36 @@ def _redactor() -> Redactor:
     return redactor()
 
 
-def step_event(step: Any, *, redact: bool = True) -> dict[str, Any]:
+def step_event(step: Any, *, redact: bool = True, html: bool = True) -> dict[str, Any]:
     """The websocket's step event; ``redact`` False for a row just stored (it was
-    redacted on its way in, :func:`runs.services.steps_insert`)."""
+    redacted on its way in, :func:`runs.services.steps_insert`); ``html`` False
+    for a client that draws no page (:func:`with_html` adds it later)."""
     payload = step_payload(step)
     if redact:
         payload = _redactor().data(payload)
-    return {
-        "type": "step",
-        "task": str(step.task_id),
-        "step": payload,
-        "html": render_step_html(step),
-    }
+    event = {"type": "step", "task": str(step.task_id), "step": payload}
+    if html:
+        event["html"] = render_step_html(step)
+    return event
 
 
 def render_step_html(step: Any) -> str:
+    """The step's list item on the chat and trace pages: from a Step row, or from
+    its payload with ``task_id`` (the template reads the same names of both)."""
     return render_to_string("runs/_step.html", {"step": step})
+
+
+def with_html(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with its ``html``, drawn from its own payload when the worker
+    pushed it without (it draws no HTML: most runs have no page watching, and a
+    program's socket asks for none). The payload is what the row holds, already
+    redacted."""
+    if "html" in event:
+        return event
+    return {
+        **event,
+        "html": render_step_html({**event["step"], "task_id": event["task"]}),
+    }
 
 
 def task_event(task: Any, *, redact: bool = True) -> dict[str, Any]:
@@ -75,7 +89,7 @@ def changes_on_commit(
     watcher that is not at ``base`` (it missed a message) reads from the
     database as after a poke.
     """
-    events = [step_event(step, redact=False) for step in steps]
+    events = [step_event(step, redact=False, html=False) for step in steps]
     message = {
         "type": "reach.changed",
         "base": base,
@@ -131,11 +145,17 @@ class Changes(NamedTuple):
 
 
 def changes_since(
-    task_id: Any, after: int, *, status_sent: str = "", with_task: bool = False
+    task_id: Any,
+    after: int,
+    *,
+    status_sent: str = "",
+    with_task: bool = False,
+    html: bool = True,
 ) -> Changes:
     """Every step changed after ``after``, then the task event, when the task
     moved on since (its rev passed ``after`` or its status is no longer
-    ``status_sent``) or ``with_task`` asks for it anyway.
+    ``status_sent``) or ``with_task`` asks for it anyway; the step events with
+    their HTML unless ``html`` is False.
 
     The task's rev is read first: every step change that committed before it has
     a rev no higher than the task's, and later ones get higher revs, so moving
@@ -153,7 +173,8 @@ def changes_since(
     task = load_task_event(task_id)
     if task is not None:
         status = str(task["task"]["status"])
-    return Changes([step_event(step) for step in steps], task, cursor, status)
+    events = [step_event(step, html=html) for step in steps]
+    return Changes(events, task, cursor, status)
 
 
 def load_task_event(task_id: Any) -> dict[str, Any] | None:

@@ -86,8 +86,9 @@ class TaskCursor:
     a worker thread (it reads the database), one call at a time.
     """
 
-    def __init__(self, task_id: str, after: int | None) -> None:
+    def __init__(self, task_id: str, after: int | None, *, html: bool = True) -> None:
         self.task_id = task_id
+        self.html = html
         self.cursor = after or 0
         # A resuming client has the task as of its Last-Event-ID; a new one has
         # nothing and gets the task event even while the task is at rev 0.
@@ -100,6 +101,7 @@ class TaskCursor:
             self.cursor,
             status_sent=self.status_sent,
             with_task=not self.task_sent,
+            html=self.html,
         )
         if not changes.status:
             return [], Next.END  # Purged or deleted: nothing is left to stream.
@@ -130,6 +132,9 @@ class Watcher:
 
     user_id: Any
     token_id: int | None
+    #: Whether step events carry the page's ``html`` (as on the task websocket:
+    #: for a session, and for a token only when the URL asks, ``?html=1``).
+    html: bool = True
 
     @property
     def group(self) -> str:
@@ -179,7 +184,7 @@ async def task_event_stream(
         for group in (task_group(task_id), watcher.group):
             await layer.group_add(group, channel)
             groups.append(group)
-        cursor = TaskCursor(task_id, after)
+        cursor = TaskCursor(task_id, after, html=watcher.html)
         read = database_sync_to_async(cursor.read)
         may_watch = database_sync_to_async(watcher.may_still_watch)
         clock = asyncio.get_running_loop().time
@@ -295,7 +300,12 @@ class TaskEvents(APIView):
         ):
             return HttpResponse(status=204)
         token = request.auth if isinstance(request.auth, ApiToken) else None
-        watcher = Watcher(request.user.pk, None if token is None else token.pk)
+        asks = request.query_params.get("html", "") in ("1", "true", "yes")
+        watcher = Watcher(
+            request.user.pk,
+            None if token is None else token.pk,
+            html=token is None or asks,
+        )
         response = StreamingHttpResponse(
             task_event_stream(task_id=str(task.pk), after=after, watcher=watcher),
             content_type=f"{EVENT_STREAM}; charset=utf-8",

@@ -366,3 +366,35 @@ async def test_revoking_the_token_closes_its_sockets_but_not_the_sessions(alice,
     assert closed == {"type": "websocket.close", "code": 4401}
     assert await by_session.receive_nothing(timeout=0.5)
     await by_session.disconnect()
+
+
+async def test_a_programs_socket_gets_api_events_without_html_unless_it_asks(
+    alice, demo
+):
+    """API.md's step events carry no page HTML: a program's socket gets none,
+    on resume (read) or live (pushed), unless its URL asks (``?html=1``)."""
+    task = await task_with_steps(alice, demo.agent, count=1)
+    _, key = await token_of(alice)
+    for query, drawn in (("", False), ("?html=1", True)):
+        comm = WebsocketCommunicator(
+            TaskConsumer.as_asgi(),
+            f"/ws/tasks/{task.pk}/{query}",
+            subprotocols=["bearer", key],
+        )
+        comm.scope["user"] = AnonymousUser()
+        comm.scope["url_route"] = {"kwargs": {"task_id": str(task.pk)}}
+        assert (await comm.connect())[0]
+        await comm.send_json_to({"type": "resume", "after": 0})
+        read = await received_until_quiet(comm)
+        await task_with_more_steps(task, count=1)
+        live = await received_until_quiet(comm)
+        steps = [m for m in read + live if m["type"] == "step"]
+        assert len(steps) >= 2 and steps[-1]["step"]["detail"]["text"].startswith(
+            "note"
+        )
+        assert [("html" in m) for m in steps] == [drawn] * len(steps), query
+        if drawn:
+            assert (
+                f'id="step-{task.pk}-{steps[-1]["step"]["seq"]}"' in steps[-1]["html"]
+            )
+        await comm.disconnect()

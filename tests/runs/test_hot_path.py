@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from engine.loop import LeaseLost
 from engine.spec import StepKind, StepRecord, StepStatus, utcnow
 from runs import events as notify
-from runs.models import Task
+from runs.models import Step, Task
 from runs.payloads import task_payload
 from tests.support.runs import claimed, model_step
 
@@ -96,7 +96,13 @@ def test_a_run_pushes_each_write_with_its_events_after_commit(alice, demo, monke
     assert [e["step"]["status"] for e in first["steps"]] == ["running"]
     assert [e["step"]["rev"] for e in second["steps"]] == [done.rev]
     assert second["steps"][0]["step"]["result"] == 2
-    assert f'data-rev="{done.rev}"' in second["steps"][0]["html"]
+    # The worker draws no HTML; a page's socket draws it from the payload, the
+    # same as from the row.
+    assert "html" not in second["steps"][0]
+    drawn = notify.with_html(second["steps"][0])["html"]
+    assert f'data-rev="{done.rev}"' in drawn
+    row = Step.objects.get(task_id=journal.task_id, seq=done.seq)
+    assert drawn == notify.render_step_html(row)
     # A tool step changes no task field a watcher shows; no task event.
     assert first["task"] is None and second["task"] is None
 

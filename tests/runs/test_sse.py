@@ -63,9 +63,10 @@ def finish(journal: runs.DjangoJournal) -> None:
 
 
 @database_sync_to_async
-def websocket_view(task_id: str) -> list[dict[str, Any]]:
-    """What the task websocket sends a client that resumes after rev 0."""
-    changes = changes_since(task_id, 0, with_task=True)
+def websocket_view(task_id: str, html: bool = False) -> list[dict[str, Any]]:
+    """What the task websocket sends a client that resumes after rev 0: a
+    program's (a token's) socket, or with ``html`` a page's."""
+    changes = changes_since(task_id, 0, with_task=True, html=html)
     assert changes.task is not None
     return [*changes.steps, changes.task]
 
@@ -274,3 +275,24 @@ def test_others_get_404_no_token_401_and_a_bad_resume_point_400(alice, bob, demo
         answer = bearer_client(alice).get(path, HTTP_LAST_EVENT_ID=bad)
         assert answer.status_code == 400, bad
         assert "after" in answer.json()
+
+
+async def test_a_token_gets_the_pages_html_only_when_it_asks_and_a_session_always(
+    alice, demo
+):
+    journal = await run_with_steps(alice, demo.agent, 2)
+    await finish(journal)
+    token = await bearer(alice)
+    cookie = await database_sync_to_async(session_cookie)(alice)
+    for path, headers, html in (
+        (events_path(journal.task_id), token, False),
+        (events_path(journal.task_id) + "?html=1", token, True),
+        (events_path(journal.task_id), {"Cookie": f"sessionid={cookie}"}, True),
+    ):
+        stream = AsgiStream(path, headers)
+        assert await stream.open() == 200
+        events = await stream.to_the_end()
+        steps = [e.data for e in events if e.event == "step"]
+        assert len(steps) == 2, path
+        assert [("html" in s) for s in steps] == [html, html], (path, headers)
+        assert [e.data for e in events] == await websocket_view(journal.task_id, html)
