@@ -234,12 +234,85 @@ def uses_tools(
     )
 
 
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+#: After tool results, a short system turn says what the answer should be like.
+#: A 1.5B model keeps to instructions near the end of the prompt and loses those
+#: of the first system turn (measured: English answers to Chinese questions, no
+#: note named, sums done in its head). Written in the asker's language.
+RESULTS_REMINDER = {
+    "zh": (
+        "请用中文回答用户的问题，只依据上面的结果，并写出所用结果的标题。"
+        "需要计算时先调用计算工具，不要心算。用户没有要求时，不要调用会创建、修改或发送"
+        "内容的工具。"
+    ),
+    "en": (
+        "Answer in the language of the user's question, only from the results "
+        "above, and name the title of the result you used. Call a tool for any "
+        "arithmetic instead of doing it yourself. Call no tool that creates, changes "
+        "or sends anything unless the user asked for it."
+    ),
+}
+
+
+def asker_language(messages: Sequence[Mapping[str, Any]]) -> str:
+    """``zh`` when the last user message is written in Chinese, else ``en``."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            text = content_text(message.get("content"))
+            return "zh" if _HAN.search(text) else "en"
+    return "en"
+
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+#: Tool results after the user's message past which a made-up number is let be
+#: (the run's own stop conditions end a model that keeps inventing them).
+GUARDED_RESULTS = 4
+
+
+def _numbers(text: str) -> set[str]:
+    return {match.replace(",", "") for match in _NUMBER.findall(text)}
+
+
+def made_up_numbers(
+    content: str | None, messages: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Numbers in a text answer that neither the user nor any tool result (nor a
+    call's arguments) of the conversation holds: worked out in the model's head.
+
+    Only after a tool result, and for the first few results of a turn; empty
+    otherwise (a greeting's answer, a user who gave the numbers themselves).
+    """
+    if (
+        not content
+        or not messages
+        or messages[-1].get("role") not in ("tool", "function")
+    ):
+        return []
+    results = 0
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            break
+        results += message.get("role") in ("tool", "function")
+    if results > GUARDED_RESULTS:
+        return []
+    known: set[str] = set()
+    for message in messages:
+        role = message.get("role")
+        if role in ("user", "tool", "function"):
+            known |= _numbers(content_text(message.get("content")))
+        for call in message.get("tool_calls") or ():
+            known |= _numbers(_arguments_json(call.get("function", call)))
+    return sorted(_numbers(content) - known)
+
+
 def render_prompt(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
     *,
     tool_mode: bool | None = None,
     add_generation_prompt: bool = True,
+    reminder: str | None = None,
 ) -> list[Segment]:
     """Render OpenAI chat messages (and tools) as ChatML prompt segments.
 
@@ -247,7 +320,9 @@ def render_prompt(
     lists the tools as ``functions.<name>:`` with description and parameter schema,
     assistant turns are written ``message:`` + text and ``functions.<name>:`` + JSON
     arguments, and consecutive ``tool`` messages become one user turn of
-    ``<tool_response>`` blocks. Otherwise the prompt is plain ChatML.
+    ``<tool_response>`` blocks. Otherwise the prompt is plain ChatML. A
+    ``reminder`` follows each such turn as a system turn (the same text at every
+    turn, so a later request's prompt still starts with an earlier one's).
     """
     if tool_mode is None:
         tool_mode = uses_tools(messages, tools or ())
@@ -316,6 +391,8 @@ def render_prompt(
                 template(f"\n{TOOL_RESPONSE_CLOSE}")
                 index += 1
             template(f"{IM_END}\n")
+            if reminder:
+                template(f"{IM_START}system\n{reminder}{IM_END}\n")
             continue
         else:
             raise ValueError(f"unsupported message role {role!r}")
@@ -715,8 +792,9 @@ def plan_request(
         choice = ToolChoice("required")
     shown = offered if choice.mode != "none" else []
     tool_mode = uses_tools(messages, shown)
+    reminder = RESULTS_REMINDER[asker_language(messages)] if tool_first else None
     return RequestPlan(
-        segments=render_prompt(messages, shown, tool_mode=tool_mode),
+        segments=render_prompt(messages, shown, tool_mode=tool_mode, reminder=reminder),
         grammar=build_grammar(
             shown,
             choice,

@@ -36,8 +36,11 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_TOKENS = 1024
 
 
-#: ``REACH_LOCAL_TOOL_FIRST=1``: each turn of the built-in model starts with a tool
-#: call (tools instead of guesses; a greeting then gets a search too). The server
+#: ``REACH_LOCAL_TOOL_FIRST=1``: the built-in model as the product's assistant
+#: (tools instead of guesses). Each turn starts with a tool call (a greeting then
+#: gets a search too); after tool results a short reminder asks for the asker's
+#: language, the source's title and a tool for arithmetic; and an answer holding
+#: a number no message or result holds is asked again as a tool call. The server
 #: alone answers ``auto`` as OpenAI does; ``make up`` turns it on (launcher).
 TOOL_FIRST = os.environ.get("REACH_LOCAL_TOOL_FIRST", "0").strip() == "1"
 
@@ -182,6 +185,21 @@ def reach_tools_chat_handler(
             usage = completion.get("usage") or {}
             prompt_tokens += int(usage.get("prompt_tokens", len(prompt)))
             completion_tokens += int(usage.get("completion_tokens", 0))
+    made_up = (
+        chatformat.made_up_numbers(reply.content, messages)
+        if TOOL_FIRST and first.tool_mode and first.tools and not reply.tool_calls
+        else []
+    )
+    if made_up and first.tool_choice.mode == "auto":
+        # A sum done in its head: ask again for a call (the calculator, in
+        # practice); the answer then quotes the tool's result.
+        logger.warning(
+            "local model: numbers from nowhere %s; asked for a call", made_up
+        )
+        reply, completion, prompt = generate(plan("required"))
+        usage = completion.get("usage") or {}
+        prompt_tokens += int(usage.get("prompt_tokens", len(prompt)))
+        completion_tokens += int(usage.get("completion_tokens", 0))
     choice = completion["choices"][0]
     result = chatformat.build_chat_completion(
         reply,

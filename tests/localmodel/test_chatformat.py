@@ -512,3 +512,67 @@ def test_stream_chunks_replay_the_completion() -> None:
     assert chunks[1]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+
+
+# ------------------------------------------------------- the built-in assistant
+
+
+def test_after_tool_results_a_reminder_in_the_askers_language_follows() -> None:
+    zh = chatformat.prompt_text(
+        plan_request(CONVERSATION, TOOLS, "auto", tool_first=True).segments
+    )
+    reminder = chatformat.RESULTS_REMINDER["zh"]
+    assert zh.endswith(
+        f"</tool_response>{IM_END}\n{IM_START}system\n{reminder}{IM_END}\n"
+        f"{IM_START}assistant\n"
+    )
+    english = [*CONVERSATION[:1], {"role": "user", "content": "Which note?"}]
+    english += CONVERSATION[2:]
+    en = chatformat.prompt_text(
+        plan_request(english, TOOLS, "auto", tool_first=True).segments
+    )
+    assert chatformat.RESULTS_REMINDER["en"] in en and reminder not in en
+    # The server alone (no tool-first) renders no reminder.
+    plain = chatformat.prompt_text(plan_request(CONVERSATION, TOOLS, "auto").segments)
+    assert reminder not in plain
+
+
+def test_the_reminder_keeps_a_later_prompt_starting_with_the_earlier_one() -> None:
+    """The server reuses the cached prefix: each turn's reminder stays in place."""
+    first = plan_request(CONVERSATION, TOOLS, "auto", tool_first=True)
+    later = [
+        *CONVERSATION,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_2", "type": "function", "function": CALC_ONE_PLUS_ONE}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_2", "content": '{"result": 2}'},
+    ]
+    second = plan_request(later, TOOLS, "auto", tool_first=True)
+    earlier = chatformat.prompt_text(first.segments).removesuffix(
+        f"{IM_START}assistant\n"
+    )
+    assert chatformat.prompt_text(second.segments).startswith(earlier)
+    assert (
+        chatformat.prompt_text(second.segments).count(chatformat.RESULTS_REMINDER["zh"])
+        == 2
+    )
+
+
+def test_a_number_no_message_or_result_holds_is_made_up() -> None:
+    result = {"role": "tool", "tool_call_id": "c", "content": '{"result": 1,088}'}
+    sums = [*CONVERSATION, result]
+    # 128, 6 and 320 are in the note, 1088 in the result (commas folded).
+    assert chatformat.made_up_numbers("128 * 6 + 320 = 1088（缓存改造）", sums) == []
+    assert chatformat.made_up_numbers("总预算为 944。", CONVERSATION) == ["944"]
+    # Numbers the user gave, or in a call's arguments, are known too.
+    asked = [{"role": "user", "content": "What is 25 * 4?"}, *CONVERSATION[2:]]
+    assert chatformat.made_up_numbers("25 * 4 is 100", asked) == ["100"]
+    assert chatformat.made_up_numbers("Redis", CONVERSATION) == []
+    # Only right after a tool result, and not past a few results in one turn.
+    assert chatformat.made_up_numbers("42", CONVERSATION[:2]) == []
+    many = [*CONVERSATION, *[result] * chatformat.GUARDED_RESULTS]
+    assert chatformat.made_up_numbers("944", many) == []

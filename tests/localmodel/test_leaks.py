@@ -155,3 +155,71 @@ def test_the_handler_asks_again_for_a_call_of_the_tool_a_leak_names(monkeypatch)
     # The second generation was held to a call (a grammar), and both are counted.
     assert len(llama.grammars) == 2 and llama.grammars[1] is not None
     assert result["usage"]["completion_tokens"] == 10
+
+
+AFTER_A_SEARCH = [
+    {"role": "user", "content": "搜索实验这个方案的预算总和是多少？"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {
+                    "name": "search_notes",
+                    "arguments": '{"query": "搜索实验"}',
+                },
+            }
+        ],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": '[{"title": "搜索实验", "content": "预算表达式为 500 + 240。"}]',
+    },
+]
+
+
+def answer_after_search(llama: StandInLlama) -> dict[str, Any]:
+    pytest.importorskip("llama_cpp")
+    from localmodel.handler import reach_tools_chat_handler
+
+    return reach_tools_chat_handler(
+        llama=llama,  # type: ignore[arg-type]
+        messages=AFTER_A_SEARCH,
+        tools=TOOLS,
+        tool_choice="auto",
+    )
+
+
+def test_a_sum_done_in_the_models_head_is_asked_again_as_a_call(monkeypatch):
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
+    llama = StandInLlama(
+        [
+            "message:\n搜索实验的预算总和是 740。",
+            'functions.calculate:\n{"expression": "500 + 240"}',
+        ]
+    )
+    result = answer_after_search(llama)
+    message = result["choices"][0]["message"]
+    [call] = message["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"expression": "500 + 240"}
+    assert not message.get("content")
+    assert len(llama.grammars) == 2 and result["usage"]["completion_tokens"] == 10
+
+
+def test_an_answer_that_quotes_its_results_is_left_as_it_is(monkeypatch):
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
+    llama = StandInLlama(["message:\n搜索实验的预算表达式为 500 + 240。"])
+    message = answer_after_search(llama)["choices"][0]["message"]
+    assert message["content"] == "搜索实验的预算表达式为 500 + 240。"
+    assert len(llama.grammars) == 1
+
+
+def test_the_server_alone_lets_such_an_answer_be(monkeypatch):
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", False, raising=False)
+    llama = StandInLlama(["message:\n搜索实验的预算总和是 740。"])
+    message = answer_after_search(llama)["choices"][0]["message"]
+    assert message["content"] == "搜索实验的预算总和是 740。"
+    assert len(llama.grammars) == 1
