@@ -236,31 +236,72 @@ def uses_tools(
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")
 
-#: After tool results, a short system turn says what the answer should be like.
-#: A 1.5B model keeps to instructions near the end of the prompt and loses those
-#: of the first system turn (measured: English answers to Chinese questions, no
-#: note named, sums done in its head). Written in the asker's language.
-RESULTS_REMINDER = {
-    "zh": (
-        "请用中文回答用户的问题，只依据上面的结果，并写出所用结果的标题。"
-        "需要计算时先调用计算工具，不要心算。用户没有要求时，不要调用会创建、修改或发送"
-        "内容的工具。"
-    ),
-    "en": (
-        "Answer in the language of the user's question, only from the results "
-        "above, and name the title of the result you used. Call a tool for any "
-        "arithmetic instead of doing it yourself. Call no tool that creates, changes "
-        "or sends anything unless the user asked for it."
-    ),
-}
+SOURCE_LABEL = {"zh": "来源：", "en": "Source: "}
+
+
+def _bigrams(text: str) -> set[str]:
+    text = re.sub(r"\s+", "", text.lower())
+    return {text[i : i + 2] for i in range(len(text) - 1)}
+
+
+def _titled_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The items with a ``title`` in the tool results since the last user message."""
+    items: list[Mapping[str, Any]] = []
+    for message in reversed(messages):
+        role = message.get("role")
+        if role == "user":
+            break
+        if role not in ("tool", "function"):
+            continue
+        try:
+            value = json.loads(content_text(message.get("content")))
+        except ValueError:
+            continue
+        found = value if isinstance(value, list) else [value]
+        items += [
+            i for i in found if isinstance(i, dict) and isinstance(i.get("title"), str)
+        ]
+    return items
+
+
+def source_line(
+    content: str | None, messages: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The line naming the source an answer used, when it names none itself.
+
+    The sources are the titled items of the turn's tool results (a note's title,
+    say); the one an answer used is the item whose title and content share the
+    most character pairs with it. None when the answer already names one of them,
+    or no result has a title, or the answer shares nothing with any.
+    """
+    if not content:
+        return None
+    items = _titled_results(messages)
+    if not items or any(str(i["title"]) in content for i in items):
+        return None
+    said = _bigrams(content)
+    scored = [
+        (len(said & _bigrams(f"{i['title']} {i.get('content', '')}")), n)
+        for n, i in enumerate(items)
+    ]
+    best, at = max(scored, key=lambda pair: (pair[0], -pair[1]))
+    if best == 0:
+        return None
+    return SOURCE_LABEL[asker_language(messages)] + str(items[at]["title"])
+
+
+_LATIN_WORD = re.compile(r"[A-Za-z]+")
 
 
 def asker_language(messages: Sequence[Mapping[str, Any]]) -> str:
-    """``zh`` when the last user message is written in Chinese, else ``en``."""
+    """``zh`` when the last user message is written in Chinese (more Chinese
+    characters than Latin words: an English question may quote a Chinese name),
+    else ``en``."""
     for message in reversed(messages):
         if message.get("role") == "user":
             text = content_text(message.get("content"))
-            return "zh" if _HAN.search(text) else "en"
+            han = len(_HAN.findall(text))
+            return "zh" if han > len(_LATIN_WORD.findall(text)) else "en"
     return "en"
 
 
@@ -312,7 +353,6 @@ def render_prompt(
     *,
     tool_mode: bool | None = None,
     add_generation_prompt: bool = True,
-    reminder: str | None = None,
 ) -> list[Segment]:
     """Render OpenAI chat messages (and tools) as ChatML prompt segments.
 
@@ -320,9 +360,7 @@ def render_prompt(
     lists the tools as ``functions.<name>:`` with description and parameter schema,
     assistant turns are written ``message:`` + text and ``functions.<name>:`` + JSON
     arguments, and consecutive ``tool`` messages become one user turn of
-    ``<tool_response>`` blocks. Otherwise the prompt is plain ChatML. A
-    ``reminder`` follows each such turn as a system turn (the same text at every
-    turn, so a later request's prompt still starts with an earlier one's).
+    ``<tool_response>`` blocks. Otherwise the prompt is plain ChatML.
     """
     if tool_mode is None:
         tool_mode = uses_tools(messages, tools or ())
@@ -391,8 +429,6 @@ def render_prompt(
                 template(f"\n{TOOL_RESPONSE_CLOSE}")
                 index += 1
             template(f"{IM_END}\n")
-            if reminder:
-                template(f"{IM_START}system\n{reminder}{IM_END}\n")
             continue
         else:
             raise ValueError(f"unsupported message role {role!r}")
@@ -716,6 +752,8 @@ def build_grammar(
     *,
     tool_mode: bool | None = None,
     max_calls: int = 1,
+    han_first: bool = False,
+    text_then_calls: bool = True,
 ) -> str | None:
     """Return the GBNF grammar for a request, or ``None`` for unconstrained text.
 
@@ -724,7 +762,10 @@ def build_grammar(
     arguments following that tool's schema, or a message followed by calls.
     ``required`` allows only calls, a named function exactly one call of it, ``none``
     only a message. A ``response_format`` JSON schema constrains the text. Without
-    tools the text is free unless a ``response_format`` asks for JSON.
+    tools the text is free unless a ``response_format`` asks for JSON. With
+    ``han_first`` a text message starts with a Chinese character (an answer to a
+    question asked in Chinese); with ``text_then_calls`` False a reply is text or
+    calls, never both.
     """
     if tool_mode is None:
         tool_mode = bool(tools)
@@ -740,7 +781,10 @@ def build_grammar(
         return grammar.render()
     if answer is None:
         text = _excluding_rules(grammar, "text", f"\n{FUNCTION_PREFIX}")
-        message = grammar.add("message", f"{gbnf_literal(MESSAGE_PREFIX)} {text}")
+        head = gbnf_literal(MESSAGE_PREFIX)
+        if han_first:
+            head += ' "\\n"? [\u4e00-\u9fff]'
+        message = grammar.add("message", f"{head} {text}")
     else:
         head = gbnf_literal(f"{MESSAGE_PREFIX}\n")
         message = grammar.add("message", f"{head} {answer}")
@@ -758,6 +802,8 @@ def build_grammar(
     calls = grammar.add("tool-calls", f'{call}{more} "\\n"{{0,2}}')
     if tool_choice.mode == "required":
         grammar.define("root", calls)
+    elif not text_then_calls:
+        grammar.define("root", f"{calls} | {message}")
     else:
         grammar.define("root", f'{calls} | {message} | {message} "\\n" {calls}')
     return grammar.render()
@@ -792,15 +838,26 @@ def plan_request(
         choice = ToolChoice("required")
     shown = offered if choice.mode != "none" else []
     tool_mode = uses_tools(messages, shown)
-    reminder = RESULTS_REMINDER[asker_language(messages)] if tool_first else None
+    # The small model often answers a Chinese question in English after reading
+    # English tool output (an error message, say): its answer starts in Chinese.
+    han_first = (
+        tool_first
+        and bool(messages)
+        and messages[-1].get("role") in ("tool", "function")
+        and asker_language(messages) == "zh"
+    )
     return RequestPlan(
-        segments=render_prompt(messages, shown, tool_mode=tool_mode, reminder=reminder),
+        segments=render_prompt(messages, shown, tool_mode=tool_mode),
         grammar=build_grammar(
             shown,
             choice,
             response_format,
             tool_mode=tool_mode,
             max_calls=MAX_TOOL_CALLS if parallel_tool_calls else 1,
+            han_first=han_first,
+            # Text before a call is where the small model does sums in its head
+            # ("the total is 944") and then calls the calculator on its guess.
+            text_then_calls=not tool_first,
         ),
         tool_names=[tool["function"]["name"] for tool in shown],
         tool_choice=choice,

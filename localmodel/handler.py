@@ -38,9 +38,10 @@ DEFAULT_MAX_TOKENS = 1024
 
 #: ``REACH_LOCAL_TOOL_FIRST=1``: the built-in model as the product's assistant
 #: (tools instead of guesses). Each turn starts with a tool call (a greeting then
-#: gets a search too); after tool results a short reminder asks for the asker's
-#: language, the source's title and a tool for arithmetic; and an answer holding
-#: a number no message or result holds is asked again as a tool call. The server
+#: gets a search too); an answer to a Chinese question starts in Chinese; an
+#: answer holding a number no message or result holds is asked again as a tool
+#: call; and an answer that names none of its results' titles gets a line naming
+#: the one it used (``来源：缓存改造``). The server
 #: alone answers ``auto`` as OpenAI does; ``make up`` turns it on (launcher).
 TOOL_FIRST = os.environ.get("REACH_LOCAL_TOOL_FIRST", "0").strip() == "1"
 
@@ -200,6 +201,16 @@ def reach_tools_chat_handler(
         usage = completion.get("usage") or {}
         prompt_tokens += int(usage.get("prompt_tokens", len(prompt)))
         completion_tokens += int(usage.get("completion_tokens", 0))
+    source = (
+        chatformat.source_line(reply.content, messages)
+        if TOOL_FIRST and not reply.tool_calls
+        else None
+    )
+    if source is not None:
+        reply = chatformat.ParsedReply(
+            content=f"{(reply.content or '').rstrip()}\n\n{source}",
+            tool_calls=reply.tool_calls,
+        )
     choice = completion["choices"][0]
     result = chatformat.build_chat_completion(
         reply,

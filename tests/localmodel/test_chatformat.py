@@ -517,51 +517,6 @@ def test_stream_chunks_replay_the_completion() -> None:
 # ------------------------------------------------------- the built-in assistant
 
 
-def test_after_tool_results_a_reminder_in_the_askers_language_follows() -> None:
-    zh = chatformat.prompt_text(
-        plan_request(CONVERSATION, TOOLS, "auto", tool_first=True).segments
-    )
-    reminder = chatformat.RESULTS_REMINDER["zh"]
-    assert zh.endswith(
-        f"</tool_response>{IM_END}\n{IM_START}system\n{reminder}{IM_END}\n"
-        f"{IM_START}assistant\n"
-    )
-    english = [*CONVERSATION[:1], {"role": "user", "content": "Which note?"}]
-    english += CONVERSATION[2:]
-    en = chatformat.prompt_text(
-        plan_request(english, TOOLS, "auto", tool_first=True).segments
-    )
-    assert chatformat.RESULTS_REMINDER["en"] in en and reminder not in en
-    # The server alone (no tool-first) renders no reminder.
-    plain = chatformat.prompt_text(plan_request(CONVERSATION, TOOLS, "auto").segments)
-    assert reminder not in plain
-
-
-def test_the_reminder_keeps_a_later_prompt_starting_with_the_earlier_one() -> None:
-    """The server reuses the cached prefix: each turn's reminder stays in place."""
-    first = plan_request(CONVERSATION, TOOLS, "auto", tool_first=True)
-    later = [
-        *CONVERSATION,
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "call_2", "type": "function", "function": CALC_ONE_PLUS_ONE}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_2", "content": '{"result": 2}'},
-    ]
-    second = plan_request(later, TOOLS, "auto", tool_first=True)
-    earlier = chatformat.prompt_text(first.segments).removesuffix(
-        f"{IM_START}assistant\n"
-    )
-    assert chatformat.prompt_text(second.segments).startswith(earlier)
-    assert (
-        chatformat.prompt_text(second.segments).count(chatformat.RESULTS_REMINDER["zh"])
-        == 2
-    )
-
-
 def test_a_number_no_message_or_result_holds_is_made_up() -> None:
     result = {"role": "tool", "tool_call_id": "c", "content": '{"result": 1,088}'}
     sums = [*CONVERSATION, result]
@@ -576,3 +531,59 @@ def test_a_number_no_message_or_result_holds_is_made_up() -> None:
     assert chatformat.made_up_numbers("42", CONVERSATION[:2]) == []
     many = [*CONVERSATION, *[result] * chatformat.GUARDED_RESULTS]
     assert chatformat.made_up_numbers("944", many) == []
+
+
+def test_an_answer_naming_no_result_gets_the_title_of_the_one_it_used() -> None:
+    notes = [
+        {"title": "日志系统", "content": "使用文件轮转和定时归档，保留最近七天记录。"},
+        {
+            "title": "搜索实验",
+            "content": "比较倒排索引与向量检索，预算表达式为 500 + 240。",
+        },
+    ]
+    turn = [
+        *CONVERSATION[:3],
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(notes)},
+    ]
+    line = chatformat.source_line("比较倒排索引与向量检索。", turn)
+    assert line == "来源：搜索实验"
+    assert chatformat.source_line("日志系统保留七天。", turn) is None  # named
+    assert chatformat.source_line("Kafka?", turn) is None  # shares nothing
+    english = [{"role": "user", "content": "Which note keeps seven days?"}, *turn[2:]]
+    assert chatformat.source_line("定时归档，保留七天", english) == "Source: 日志系统"
+    # Results without titles (a calculator's) name nothing.
+    sums = [*CONVERSATION[:3], {"role": "tool", "content": '{"result": 1088}'}]
+    assert chatformat.source_line("1088", sums) is None
+
+
+def test_an_answer_to_a_chinese_question_starts_in_chinese() -> None:
+    answer = plan_request(CONVERSATION, TOOLS, "auto", tool_first=True)
+    assert '"message:" "\\n"? [\u4e00-\u9fff]' in (answer.grammar or "")
+    english = [*CONVERSATION[:1], {"role": "user", "content": "Which note?"}]
+    english += CONVERSATION[2:]
+    for plan in (
+        plan_request(english, TOOLS, "auto", tool_first=True),
+        plan_request(CONVERSATION, TOOLS, "auto"),
+        plan_request(CONVERSATION[:2], TOOLS, "auto", tool_first=True),
+    ):
+        assert "[\u4e00-\u9fff]" not in (plan.grammar or "")
+
+
+def test_the_askers_language_is_chinese_only_when_chinese_outweighs_latin_words():
+    def asked(text: str) -> str:
+        return chatformat.asker_language([{"role": "user", "content": text}])
+
+    assert asked("项目笔记里哪个方案提到 Redis？") == "zh"
+    assert asked("有没有笔记提到 Kafka？") == "zh"
+    assert asked("What is the total budget of the search note (搜索实验)?") == "en"
+    assert asked("What is the budget of the note (搜索实验)?") == "en"
+    assert asked("Is there a note about Kubernetes?") == "en"
+
+
+def test_the_assistant_replies_with_text_or_calls_never_both() -> None:
+    assistant = plan_request(CONVERSATION, TOOLS, "auto", tool_first=True)
+    server = plan_request(CONVERSATION, TOOLS, "auto")
+    assert rules_of(assistant.grammar or "")["root"] == "tool-calls | message"
+    assert rules_of(server.grammar or "")["root"] == (
+        'tool-calls | message | message "\\n" tool-calls'
+    )

@@ -223,3 +223,10 @@ def test_the_server_alone_lets_such_an_answer_be(monkeypatch):
     message = answer_after_search(llama)["choices"][0]["message"]
     assert message["content"] == "搜索实验的预算总和是 740。"
     assert len(llama.grammars) == 1
+
+
+def test_the_handler_names_the_note_an_answer_used(monkeypatch):
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
+    llama = StandInLlama(["message:\n预算表达式为 500 + 240。"])
+    message = answer_after_search(llama)["choices"][0]["message"]
+    assert message["content"] == "预算表达式为 500 + 240。\n\n来源：搜索实验"
