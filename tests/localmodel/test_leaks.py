@@ -209,24 +209,30 @@ def test_a_sum_done_in_the_models_head_is_asked_again_as_a_call(monkeypatch):
     assert len(llama.grammars) == 2 and result["usage"]["completion_tokens"] == 10
 
 
-def test_an_answer_that_quotes_its_results_is_left_as_it_is(monkeypatch):
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
-    llama = StandInLlama(["message:\n搜索实验的预算表达式为 500 + 240。"])
+@pytest.mark.parametrize(
+    ("assistant", "answer", "shown"),
+    [
+        # It quotes its result and names the note: left as it is.
+        (
+            True,
+            "搜索实验的预算表达式为 500 + 240。",
+            "搜索实验的预算表达式为 500 + 240。",
+        ),
+        # It names no note: the one it used is named for it.
+        (
+            True,
+            "预算表达式为 500 + 240。",
+            "预算表达式为 500 + 240。\n\n来源：搜索实验",
+        ),
+        # The server alone (no assistant mode) lets a sum from nowhere be.
+        (False, "搜索实验的预算总和是 740。", "搜索实验的预算总和是 740。"),
+    ],
+)
+def test_an_answer_is_asked_once_and_shown_as_the_assistant_would(
+    monkeypatch, assistant, answer, shown
+):
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", assistant, raising=False)
+    llama = StandInLlama([f"message:\n{answer}"])
     message = answer_after_search(llama)["choices"][0]["message"]
-    assert message["content"] == "搜索实验的预算表达式为 500 + 240。"
+    assert message["content"] == shown
     assert len(llama.grammars) == 1
-
-
-def test_the_server_alone_lets_such_an_answer_be(monkeypatch):
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", False, raising=False)
-    llama = StandInLlama(["message:\n搜索实验的预算总和是 740。"])
-    message = answer_after_search(llama)["choices"][0]["message"]
-    assert message["content"] == "搜索实验的预算总和是 740。"
-    assert len(llama.grammars) == 1
-
-
-def test_the_handler_names_the_note_an_answer_used(monkeypatch):
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
-    llama = StandInLlama(["message:\n预算表达式为 500 + 240。"])
-    message = answer_after_search(llama)["choices"][0]["message"]
-    assert message["content"] == "预算表达式为 500 + 240。\n\n来源：搜索实验"

@@ -8,6 +8,7 @@ come out the same as the chat and trace pages draw it from the database.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -19,81 +20,69 @@ from tests.support.runs import claimed, model_step
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _call(seq: int, status: StepStatus, tool: str, **fields: Any) -> StepRecord:
+    """A tool call of the model step at seq 1."""
+    return StepRecord(
+        seq=seq,
+        kind=StepKind.TOOL_CALL,
+        status=status,
+        tool=tool,
+        call_index=seq - 2,
+        parent_seq=1,
+        **fields,
+    )
+
+
 def _steps() -> list[StepRecord]:
     started = utcnow()
     finished = started + dt.timedelta(milliseconds=1234)
-    calls = {"tool_calls": [{"id": "c1"}, {"id": "c2"}]}
+    timed = {"started_at": started, "finished_at": finished}
+    attempts = [
+        {
+            "number": 1,
+            "duration_ms": 12.5,
+            "error": "timed out",
+            "error_class": "timeout",
+        },
+        {"number": 2, "duration_ms": 8.0, "error": None},
+    ]
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    approval = {"preview": "Send mail to a@example.com", "approvals_required": 2}
+    decision = {"decision": "rejected", "by": "operator", "reason": "not now"}
+    compaction = {"replaced": [2, 3], "dropped_history_turns": 1, "budget": 4000}
     return [
         model_step(
             "m",
-            response=calls,
-            started_at=started,
-            finished_at=finished,
+            response={"tool_calls": [{"id": "c1"}, {"id": "c2"}]},
             cost_usd=0.000123456789,
-            attempts=[
-                {
-                    "number": 1,
-                    "duration_ms": 12.5,
-                    "error": "timed out",
-                    "error_class": "timeout",
-                },
-                {"number": 2, "duration_ms": 8.0, "error": None},
-            ],
-        ).copy(
-            usage={
-                "prompt_tokens": 7,
-                "completion_tokens": 3,
-                "total_tokens": 10,
-                "estimated": 1,
-            }
-        ),
-        StepRecord(
-            seq=2,
-            kind=StepKind.TOOL_CALL,
-            status=StepStatus.SUCCEEDED,
-            tool="calculate",
-            call_index=0,
-            parent_seq=1,
+            attempts=attempts,
+            **timed,
+        ).copy(usage={**usage, "estimated": 1}),
+        _call(
+            2,
+            StepStatus.SUCCEEDED,
+            "calculate",
             arguments={"expression": "128 * 6 + 320"},
             result={"result": 1088},
-            started_at=started,
-            finished_at=finished,
             tainted_by=["search_notes#3"],
+            **timed,
         ),
-        StepRecord(
-            seq=3,
-            kind=StepKind.TOOL_CALL,
-            status=StepStatus.WAITING_APPROVAL,
-            tool="send_email",
-            call_index=1,
-            parent_seq=1,
+        _call(
+            3,
+            StepStatus.WAITING_APPROVAL,
+            "send_email",
             arguments={"to": "a@example.com"},
             proposed_arguments={"to": "b@x.org"},
             error_class="outcome_unknown",
-            detail={
-                "approval": {
-                    "preview": "Send mail to a@example.com",
-                    "approvals_required": 2,
-                }
-            },
+            detail={"approval": approval},
         ),
-        StepRecord(
-            seq=4,
-            kind=StepKind.TOOL_CALL,
-            status=StepStatus.FAILED,
-            tool="create_ticket",
-            call_index=2,
-            parent_seq=1,
+        _call(
+            4,
+            StepStatus.FAILED,
+            "create_ticket",
             raw_arguments='{"title": ',
             error="The arguments are not JSON.",
-            detail={
-                "decision": {
-                    "decision": "rejected",
-                    "by": "operator",
-                    "reason": "not now",
-                    "edited": True,
-                }
-            },
+            detail={"decision": {**decision, "edited": True}},
         ),
         StepRecord(
             seq=5,
@@ -112,23 +101,9 @@ def _steps() -> list[StepRecord]:
             seq=7,
             kind=StepKind.COMPACTION,
             status=StepStatus.SUCCEEDED,
-            detail={
-                "replaced": [2, 3],
-                "dropped_history_turns": 1,
-                "estimate_before": 5000,
-                "estimate_after": 3000,
-                "budget": 4000,
-            },
+            detail={**compaction, "estimate_before": 5000, "estimate_after": 3000},
         ),
-        StepRecord(
-            seq=8,
-            kind=StepKind.TOOL_CALL,
-            status=StepStatus.EXPIRED,
-            tool="send_email",
-            call_index=0,
-            parent_seq=1,
-            arguments={},
-        ),
+        _call(8, StepStatus.EXPIRED, "send_email", arguments={}),
     ]
 
 
