@@ -378,13 +378,19 @@ class Planner:
         tool_steps = [s for s in steps if s.kind is StepKind.TOOL_CALL]
         taint = taint_sources(steps, inherited_taint, task_id)
         successes: dict[str, StepRecord] = {}
+        rejected: dict[str, StepRecord] = {}
         repeats: dict[str, int] = {}
         stop: StopReason | None = None
         for s in tool_steps:
             signature = StepDetail(s.detail).signature
             if signature and s.status in (StepStatus.SUCCEEDED, StepStatus.CACHED):
                 successes[signature] = s
-            elif signature and s.status is StepStatus.DEDUPLICATED:
+            elif signature and s.status is StepStatus.REJECTED:
+                rejected.setdefault(signature, s)
+            elif signature and (
+                s.status is StepStatus.DEDUPLICATED
+                or s.error_class == ErrorClass.ALREADY_REJECTED
+            ):
                 repeats[signature] = repeats.get(signature, 0) + 1
             if s.parent_seq == turn.seq:
                 stop = _flagged_stop(s) or stop
@@ -428,6 +434,32 @@ class Planner:
                     step.detail[DetailKey.SAME_AS_SEQ] = earlier.seq
                     step.finished_at = now
                     repeated.append((step, earlier))
+            elif (
+                signature
+                and signature in rejected
+                and step.status is StepStatus.WAITING_APPROVAL
+            ):
+                # An approver said no to this very call: nobody is asked again
+                # (the model of a small agent otherwise repeats it until the
+                # step limit, each time a new request in the queue); a second
+                # such repeat ends the task as any repeated call does.
+                earlier = rejected[signature]
+                step.status = StepStatus.SKIPPED
+                step.detail.pop(DetailKey.APPROVAL, None)
+                if repeats.get(signature, 0) >= 1:
+                    step.error = (
+                        "The same rejected call was repeated again; the task stops."
+                    )
+                    step.error_class = ErrorClass.REPEATED_CALL
+                    stop = StopReason.REPEATED_CALL
+                else:
+                    repeats[signature] = repeats.get(signature, 0) + 1
+                    step.error_class = ErrorClass.ALREADY_REJECTED
+                    step.error = (
+                        f"An approver already rejected this same call (step "
+                        f"{earlier.seq}); it was not asked again and did not run. "
+                        "Change your plan or answer now."
+                    )
             elif (
                 step.status in (StepStatus.RUNNING, StepStatus.WAITING_APPROVAL)
                 and (spec := self.specs.get(step.tool or "")) is not None

@@ -125,6 +125,7 @@ class ErrorClass(StrEnum):
     REPEATED_CALL = "repeated_call"
     CIRCUIT_OPEN = "circuit_open"
     TOOL_CALL_LIMIT = "tool_call_limit"  # the tool's max_calls_per_run
+    ALREADY_REJECTED = "already_rejected"  # an approver said no to this very call
     # Running a call.
     TIMEOUT = "timeout"
     TRANSIENT = "transient"

@@ -204,6 +204,50 @@ def test_the_second_repeat_stops_the_task_with_repeated_call():
     assert len(model.requests) == 3
 
 
+def test_a_call_an_approver_rejected_is_not_asked_again_and_its_repeat_stops():
+    sent: list[dict[str, Any]] = []
+    email = spec("send_email", risk=Risk.IRREVERSIBLE, approval=ApprovalMode.ALWAYS)
+    same = tool_call("send_email", {"x": "hi"})
+    model = FakeModel([same, same, same, text("never")])
+    engine = make_engine(model, {"send_email": (email, lambda a, c: sent.append(a))})
+    j = journal()
+    engine.advance(j)
+    [asked] = tool_steps(j)
+    assert asked.status is StepStatus.WAITING_APPROVAL
+    j.decide(asked.seq, StepStatus.REJECTED, detail={**asked.detail, "reason": "no"})
+
+    engine.advance(j)
+
+    assert statuses(j) == ["rejected", "skipped", "skipped"]
+    refused, stopped = tool_steps(j)[1:]
+    # The first repeat is refused with the reason, no approval asked, run goes on.
+    assert refused.error_class == "already_rejected"
+    assert "approval" not in refused.detail
+    assert f"already rejected this same call (step {asked.seq})" in (
+        refused.error or ""
+    )
+    sent_back = tool_messages(model.requests[2])[-1]["content"]
+    assert "already rejected" in sent_back
+    # The second ends the task, as any repeated call does; nothing was ever sent.
+    assert stopped.error_class == "repeated_call"
+    assert_stopped(j, StopReason.REPEATED_CALL, "repeating the same call")
+    assert sent == [] and len(model.requests) == 3
+
+
+def test_a_rejected_call_with_other_arguments_is_asked_again():
+    email = spec("send_email", risk=Risk.IRREVERSIBLE, approval=ApprovalMode.ALWAYS)
+    model = FakeModel(
+        [tool_call("send_email", {"x": "hi"}), tool_call("send_email", {"x": "bye"})]
+    )
+    engine = make_engine(model, {"send_email": (email, lambda a, c: {"sent": True})})
+    j = journal()
+    engine.advance(j)
+    [asked] = tool_steps(j)
+    j.decide(asked.seq, StepStatus.REJECTED, detail={**asked.detail, "reason": "no"})
+    engine.advance(j)
+    assert statuses(j) == ["rejected", "waiting_approval"]
+
+
 def test_the_same_tool_with_other_arguments_is_not_a_repeat():
     handler = Counter()
     model = FakeModel(
