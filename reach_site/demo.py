@@ -70,9 +70,14 @@ DEMO_TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "create_ticket",
+        # "Only when the user asks": without it the built-in model opened a ticket
+        # after answering a question from the notes (notes-local's which-archive-zh,
+        # 1 of 3 runs passed; 3 of 3 with it). Said in the instructions instead, it
+        # made the model open more of them.
         "description": (
             "Create a ticket in the team's tracker. Changes: adds one ticket with "
-            "this title and body (visible to the team in the admin)."
+            "this title and body (visible to the team in the admin). Only when the "
+            "user asks for a ticket."
         ),
         "parameters": {
             "type": "object",
@@ -91,7 +96,8 @@ DEMO_TOOLS: list[dict[str, Any]] = [
         "name": "send_email",
         "description": (
             "Send an email to one address. Irreversible: the message leaves the "
-            "company. Changes: sends one email."
+            "company. Changes: sends one email. Only when the user asks to send an "
+            "email."
         ),
         "parameters": {
             "type": "object",
