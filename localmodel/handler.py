@@ -111,7 +111,7 @@ def reach_tools_chat_handler(
 
     def generate(
         plan: chatformat.RequestPlan,
-    ) -> tuple[chatformat.ParsedReply, Any, list[int]]:
+    ) -> tuple[chatformat.ParsedReply, Any]:
         prompt = tokenize_prompt(llama, plan.segments)
         room = llama.n_ctx() - len(prompt)
         if room <= 0:
@@ -158,13 +158,15 @@ def reach_tools_chat_handler(
         )
         for error in reply.errors:
             logger.warning("local model: %s", error)
-        return reply, completion, prompt
+        # Every generation of this request counts toward its usage.
+        usage = completion.get("usage") or {}
+        spent[0] += int(usage.get("prompt_tokens", len(prompt)))
+        spent[1] += int(usage.get("completion_tokens", 0))
+        return reply, completion
 
+    spent = [0, 0]  # prompt and completion tokens, over every generation
     first = plan(tool_choice)
-    reply, completion, prompt = generate(first)
-    usage = completion.get("usage") or {}
-    prompt_tokens = int(usage.get("prompt_tokens", len(prompt)))
-    completion_tokens = int(usage.get("completion_tokens", 0))
+    reply, completion = generate(first)
     leak = (
         chatformat.find_leak(reply.content, first.tools)
         if first.tool_mode and not reply.tool_calls
@@ -182,10 +184,7 @@ def reach_tools_chat_handler(
                 if leak.name
                 else "required"
             )
-            reply, completion, prompt = generate(plan(forced))
-            usage = completion.get("usage") or {}
-            prompt_tokens += int(usage.get("prompt_tokens", len(prompt)))
-            completion_tokens += int(usage.get("completion_tokens", 0))
+            reply, completion = generate(plan(forced))
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
         if TOOL_FIRST and first.tool_mode and first.tools and not reply.tool_calls
@@ -197,10 +196,7 @@ def reach_tools_chat_handler(
         logger.warning(
             "local model: numbers from nowhere %s; asked for a call", made_up
         )
-        reply, completion, prompt = generate(plan("required"))
-        usage = completion.get("usage") or {}
-        prompt_tokens += int(usage.get("prompt_tokens", len(prompt)))
-        completion_tokens += int(usage.get("completion_tokens", 0))
+        reply, completion = generate(plan("required"))
     source = (
         chatformat.source_line(reply.content, messages)
         if TOOL_FIRST and not reply.tool_calls
@@ -215,8 +211,8 @@ def reach_tools_chat_handler(
     result = chatformat.build_chat_completion(
         reply,
         model=completion["model"],
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
+        prompt_tokens=spent[0],
+        completion_tokens=spent[1],
         finish_reason=choice.get("finish_reason"),
         completion_id="chat" + completion["id"],
         created=completion["created"],
