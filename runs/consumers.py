@@ -23,7 +23,7 @@ from django.conf import settings
 from engine.spec import FINAL_TASK_STATUSES
 from infra.push import task_group, user_group
 from runs.api.auth import token_group, token_user
-from runs.events import changes_since, with_html
+from runs.events import asks_for_html, changes_since, with_html
 from runs.selectors import visible_tasks
 
 #: The close code of every refused socket: anonymous, foreign Origin, no
@@ -345,7 +345,7 @@ def wants_html(scope: dict[str, Any]) -> bool:
     if offered_token(scope) is None:
         return True
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("html")
-    return bool(values) and values[-1] in ("1", "true", "yes")
+    return bool(values) and asks_for_html(values[-1])
 
 
 def resume_point(scope: dict[str, Any]) -> int | None:

@@ -38,6 +38,12 @@ def render_step_html(step: Any) -> str:
     return render_to_string("runs/_step.html", {"step": step})
 
 
+def asks_for_html(value: str | None) -> bool:
+    """Whether a program's ``?html=`` asks for the page's HTML in step events (a
+    browser's session always gets it; API.md's events carry none)."""
+    return value in ("1", "true", "yes")
+
+
 def with_html(event: dict[str, Any]) -> dict[str, Any]:
     """``event`` with its ``html``, drawn from its own payload when the worker
     pushed it without (it draws no HTML: most runs have no page watching, and a

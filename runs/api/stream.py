@@ -49,7 +49,7 @@ from engine.spec import FINAL_TASK_STATUSES
 from infra.push import task_group, user_group
 from runs.api.auth import SESSION_ENDED, token_group, token_still_valid
 from runs.api.common import visible_task_or_404
-from runs.events import changes_since
+from runs.events import asks_for_html, changes_since
 from runs.models import ApiToken
 from runs.selectors import visible_tasks
 
@@ -300,7 +300,7 @@ class TaskEvents(APIView):
         ):
             return HttpResponse(status=204)
         token = request.auth if isinstance(request.auth, ApiToken) else None
-        asks = request.query_params.get("html", "") in ("1", "true", "yes")
+        asks = asks_for_html(request.query_params.get("html"))
         watcher = Watcher(
             request.user.pk,
             None if token is None else token.pk,
