@@ -20,6 +20,10 @@ import httpx2
 
 from .spec import Attempt, ErrorClass, ToolCall, Usage, utcnow
 
+#: A chat-completions request's ``messages`` and ``tools``, as the API takes them.
+Messages = Sequence[dict[str, Any]]
+Tools = Sequence[dict[str, Any]]
+
 
 class ModelError(Exception):
     """The model endpoint failed for good; the message is for the user."""
@@ -50,11 +54,7 @@ class ModelReply:
 
 class ModelClient(Protocol):
     def complete(
-        self,
-        *,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        model: str,
+        self, *, messages: Messages, tools: Tools, model: str
     ) -> ModelReply: ...
 
 
@@ -168,13 +168,7 @@ class OpenAIModelClient:
         """``GET /models``: the health check that never asks the model anything."""
         return [m.id for m in self._client.models.list()]
 
-    def complete(
-        self,
-        *,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        model: str,
-    ) -> ModelReply:
+    def complete(self, *, messages: Messages, tools: Tools, model: str) -> ModelReply:
         openai = self._openai
         kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
         if tools:
@@ -294,13 +288,7 @@ class UnavailableModel:
     def __init__(self, error: ModelError) -> None:
         self.error = error
 
-    def complete(
-        self,
-        *,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        model: str,
-    ) -> ModelReply:
+    def complete(self, *, messages: Messages, tools: Tools, model: str) -> ModelReply:
         message, kind = str(self.error), self.error.kind
         raise ModelError(
             message,

@@ -25,7 +25,7 @@ from .canonical import canonical_hash, canonical_json
 from .execution import Executor, ToolError, Untrusted
 from .loop import Control, Engine, Outcome
 from .memory import MemoryJournal
-from .model_client import ModelError, ModelReply, parse_message
+from .model_client import Messages, ModelError, ModelReply, Tools, parse_message
 from .pricing import ModelPrice
 from .redaction import Redactor
 from .routing import Routing
@@ -73,13 +73,7 @@ class ReplayModelClient:
         with self._lock:
             return self._next >= len(self._calls)
 
-    def complete(
-        self,
-        *,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        model: str,
-    ) -> ModelReply:
+    def complete(self, *, messages: Messages, tools: Tools, model: str) -> ModelReply:
         with self._lock:
             if self._next >= len(self._calls):
                 raise ModelError(

@@ -209,16 +209,26 @@ class StepDetail:
     def _get(self, key: DetailKey) -> Any:
         return (self.data or {}).get(key)
 
+    def _text(self, key: DetailKey) -> str | None:
+        value = self._get(key)
+        return str(value) if value else None
+
+    def _number(self, key: DetailKey) -> int | None:
+        value = self._get(key)
+        return int(value) if value is not None else None
+
+    def _object(self, key: DetailKey) -> dict[str, Any]:
+        value = self._get(key)
+        return dict(value) if isinstance(value, Mapping) else {}
+
     @property
     def signature(self) -> str | None:
-        value = self._get(DetailKey.SIGNATURE)
-        return str(value) if value else None
+        return self._text(DetailKey.SIGNATURE)
 
     @property
     def approval(self) -> dict[str, Any]:
         """What the policy recorded for the approval card (empty if none)."""
-        value = self._get(DetailKey.APPROVAL)
-        return dict(value) if isinstance(value, Mapping) else {}
+        return self._object(DetailKey.APPROVAL)
 
     @property
     def waited_for_approval(self) -> bool:
@@ -226,14 +236,12 @@ class StepDetail:
 
     @property
     def approved_hash(self) -> str | None:
-        value = self._get(DetailKey.APPROVED_HASH)
-        return str(value) if value else None
+        return self._text(DetailKey.APPROVED_HASH)
 
     @property
     def decision(self) -> dict[str, Any]:
         """The human decision on the call (empty if none)."""
-        value = self._get(DetailKey.DECISION)
-        return dict(value) if isinstance(value, Mapping) else {}
+        return self._object(DetailKey.DECISION)
 
     @property
     def untrusted(self) -> bool:
@@ -246,24 +254,20 @@ class StepDetail:
 
     @property
     def same_as_seq(self) -> int | None:
-        value = self._get(DetailKey.SAME_AS_SEQ)
-        return int(value) if value is not None else None
+        return self._number(DetailKey.SAME_AS_SEQ)
 
     @property
     def reason(self) -> str | None:
-        value = self._get(DetailKey.REASON)
-        return str(value) if value else None
+        return self._text(DetailKey.REASON)
 
     @property
     def replaced(self) -> dict[str, str]:
         """A compaction's shortened results, by seq (as a string)."""
-        value = self._get(DetailKey.REPLACED)
-        return dict(value) if isinstance(value, Mapping) else {}
+        return self._object(DetailKey.REPLACED)
 
     @property
     def attach_to(self) -> int | None:
-        value = self._get(DetailKey.ATTACH_TO)
-        return int(value) if value is not None else None
+        return self._number(DetailKey.ATTACH_TO)
 
 
 @dataclass(frozen=True)

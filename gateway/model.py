@@ -11,11 +11,17 @@ memory, because a run parked for approval resumes on whichever worker claims it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.model_client import ModelClient, ModelReply, parse_message
+from engine.model_client import (
+    Messages,
+    ModelClient,
+    ModelReply,
+    Tools,
+    parse_message,
+)
 from engine.spec import AgentSnapshot, Attempt, Usage, utcnow
 
 #: The key of ``AgentSnapshot.extra`` that marks a gateway run (and holds its call).
@@ -57,13 +63,7 @@ class GatewayModel:
     def __init__(self, call: GatewayCall) -> None:
         self.call = call
 
-    def complete(
-        self,
-        *,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[dict[str, Any]],
-        model: str,
-    ) -> ModelReply:
+    def complete(self, *, messages: Messages, tools: Tools, model: str) -> ModelReply:
         observed = next(
             (
                 m

@@ -18,6 +18,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from engine.pricing import format_usd
+from infra.words import span
 from runs.models import DailyBudget, Task
 
 
@@ -64,7 +65,7 @@ class BudgetStatus:
     def message(self, now: dt.datetime | None = None) -> str:
         """What the user is told when a message is refused."""
         local = timezone.localtime(self.resets_at)
-        wait = _span(self.retry_after_s(now))
+        wait = span(self.retry_after_s(now))
         return (
             f"Your daily budget is used up ({self.summary}). It resets at "
             f"{local:%Y-%m-%d %H:%M} {local.tzname()} (in {wait}); ask an admin "
@@ -133,13 +134,3 @@ def budget_check(*, user: Any, now: dt.datetime | None = None) -> BudgetStatus |
     if status is not None and status.exceeded:
         raise DailyBudgetExceeded(status)
     return status
-
-
-def _span(seconds: int) -> str:
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"

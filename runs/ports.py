@@ -23,13 +23,35 @@ provider; with none plugged every run talks to the endpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
 from engine.model_client import ModelClient
 from engine.spec import AgentSnapshot, StepRecord
 from runs.models import Step, Task
+
+_Port = TypeVar("_Port")
+
+
+class _Required(Generic[_Port]):
+    """A slot that a run cannot do without: reading it before the app that fills
+    it was loaded names that app."""
+
+    def __init__(self, what: str, app: str) -> None:
+        self._what = what
+        self._app = app
+        self._port: _Port | None = None
+
+    def plug(self, port: _Port) -> None:
+        self._port = port
+
+    def get(self) -> _Port:
+        if self._port is None:
+            raise ImproperlyConfigured(
+                f"No {self._what} is plugged in: add '{self._app}' to INSTALLED_APPS."
+            )
+        return self._port
 
 
 class OpenApproval(Protocol):
@@ -48,20 +70,9 @@ class ApprovalPort:
     cancel_for_task: CancelApprovals
 
 
-_approvals: ApprovalPort | None = None
-
-
-def plug_approvals(port: ApprovalPort) -> None:
-    global _approvals
-    _approvals = port
-
-
-def approvals() -> ApprovalPort:
-    if _approvals is None:
-        raise ImproperlyConfigured(
-            "No approval service is plugged in: add 'approvals' to INSTALLED_APPS."
-        )
-    return _approvals
+_approvals = _Required[ApprovalPort]("approval service", "approvals")
+plug_approvals = _approvals.plug
+approvals = _approvals.get
 
 
 class QueueMail(Protocol):
@@ -75,20 +86,9 @@ class MailPort:
     queue: QueueMail
 
 
-_mail: MailPort | None = None
-
-
-def plug_mail(port: MailPort) -> None:
-    global _mail
-    _mail = port
-
-
-def mail() -> MailPort:
-    if _mail is None:
-        raise ImproperlyConfigured(
-            "No mail outbox is plugged in: add 'effects' to INSTALLED_APPS."
-        )
-    return _mail
+_mail = _Required[MailPort]("mail outbox", "effects")
+plug_mail = _mail.plug
+mail = _mail.get
 
 
 class TaskFinished(Protocol):

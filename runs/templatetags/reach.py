@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from engine.pricing import format_usd
 from infra.runtime import redactor
+from infra.words import span
 from runs.payloads import step_payload
 
 register = template.Library()
@@ -68,7 +69,7 @@ def ago(moment: datetime | None) -> str:
     if moment is None:
         return ""
     seconds = max(0, int((timezone.now() - moment).total_seconds()))
-    return f"{_span(seconds)} ago" if seconds >= 5 else "just now"
+    return f"{span(seconds)} ago" if seconds >= 5 else "just now"
 
 
 @register.filter
@@ -76,16 +77,4 @@ def left(moment: datetime | None) -> str:
     """Time until ``moment`` (``12 min``); ``0 s`` once it has passed."""
     if moment is None:
         return ""
-    return _span(max(0, int((moment - timezone.now()).total_seconds())))
-
-
-def _span(seconds: int) -> str:
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = seconds // 60
-    if minutes < 60:
-        return f"{minutes} min"
-    hours = minutes // 60
-    if hours < 48:
-        return f"{hours} h {minutes % 60} min"
-    return f"{hours // 24} days"
+    return span(max(0, int((moment - timezone.now()).total_seconds())))

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from reach_site.launcher import pid_alive
 from tests.support.ports import free_port, port_listening
 from tests.support.waiting import wait_for
 
@@ -40,19 +41,6 @@ def log_tail(path: Path, lines: int = 60) -> str:
     except OSError:
         return "(no launcher output)"
     return "\n".join(text.splitlines()[-lines:])
-
-
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 class Launcher:
