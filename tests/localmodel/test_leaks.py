@@ -109,26 +109,40 @@ class StandInLlama:
         }
 
 
-def ask(llama: StandInLlama) -> dict[str, Any]:
+OPEN_A_TICKET = [
+    {"role": "user", "content": "缓存很慢，开个工单"},
+    {"role": "assistant", "content": "好的"},
+    {"role": "user", "content": "现在就开"},
+]
+
+
+def ask(
+    monkeypatch: pytest.MonkeyPatch,
+    texts: list[str],
+    *,
+    assistant: bool,
+    messages: list[dict[str, Any]] = OPEN_A_TICKET,
+) -> tuple[dict[str, Any], StandInLlama]:
+    """The handler's answer to ``messages`` when the model writes ``texts`` in
+    turn (assistant mode on or off), and the stand-in that recorded the asks."""
     pytest.importorskip("llama_cpp")
     from localmodel.handler import reach_tools_chat_handler
 
-    return reach_tools_chat_handler(
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", assistant, raising=False)
+    llama = StandInLlama(texts)
+    result = reach_tools_chat_handler(
         llama=llama,  # type: ignore[arg-type]
-        messages=[
-            {"role": "user", "content": "缓存很慢，开个工单"},
-            {"role": "assistant", "content": "好的"},
-            {"role": "user", "content": "现在就开"},
-        ],
+        messages=messages,
         tools=TOOLS,
         tool_choice="auto",
     )
+    return result, llama
 
 
 def test_the_handler_makes_the_call_a_prose_answer_spells_out(monkeypatch):
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", False, raising=False)
-    llama = StandInLlama(["message: functions calculate: 19 * 23 - 7"])
-    result = ask(llama)
+    result, llama = ask(
+        monkeypatch, ["message: functions calculate: 19 * 23 - 7"], assistant=False
+    )
     message = result["choices"][0]["message"]
     assert message.get("content") in (None, "")
     [call] = message["tool_calls"]
@@ -139,14 +153,9 @@ def test_the_handler_makes_the_call_a_prose_answer_spells_out(monkeypatch):
 
 
 def test_the_handler_asks_again_for_a_call_of_the_tool_a_leak_names(monkeypatch):
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", False, raising=False)
-    llama = StandInLlama(
-        [
-            "message: functions create_ticket: the cache is slow",
-            'functions.create_ticket:\n{"title": "缓存很慢", "priority": "high"}',
-        ]
-    )
-    result = ask(llama)
+    leak = "message: functions create_ticket: the cache is slow"
+    call = 'functions.create_ticket:\n{"title": "缓存很慢", "priority": "high"}'
+    result, llama = ask(monkeypatch, [leak, call], assistant=False)
     message = result["choices"][0]["message"]
     [call] = message["tool_calls"]
     assert call["function"]["name"] == "create_ticket"
@@ -181,27 +190,12 @@ AFTER_A_SEARCH = [
 ]
 
 
-def answer_after_search(llama: StandInLlama) -> dict[str, Any]:
-    pytest.importorskip("llama_cpp")
-    from localmodel.handler import reach_tools_chat_handler
-
-    return reach_tools_chat_handler(
-        llama=llama,  # type: ignore[arg-type]
-        messages=AFTER_A_SEARCH,
-        tools=TOOLS,
-        tool_choice="auto",
-    )
-
-
 def test_a_sum_done_in_the_models_head_is_asked_again_as_a_call(monkeypatch):
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
-    llama = StandInLlama(
-        [
-            "message:\n搜索实验的预算总和是 740。",
-            'functions.calculate:\n{"expression": "500 + 240"}',
-        ]
+    guess = "message:\n搜索实验的预算总和是 740。"
+    call = 'functions.calculate:\n{"expression": "500 + 240"}'
+    result, llama = ask(
+        monkeypatch, [guess, call], assistant=True, messages=AFTER_A_SEARCH
     )
-    result = answer_after_search(llama)
     message = result["choices"][0]["message"]
     [call] = message["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"expression": "500 + 240"}
@@ -231,8 +225,12 @@ def test_a_sum_done_in_the_models_head_is_asked_again_as_a_call(monkeypatch):
 def test_an_answer_is_asked_once_and_shown_as_the_assistant_would(
     monkeypatch, assistant, answer, shown
 ):
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", assistant, raising=False)
-    llama = StandInLlama([f"message:\n{answer}"])
-    message = answer_after_search(llama)["choices"][0]["message"]
+    result, llama = ask(
+        monkeypatch,
+        [f"message:\n{answer}"],
+        assistant=assistant,
+        messages=AFTER_A_SEARCH,
+    )
+    message = result["choices"][0]["message"]
     assert message["content"] == shown
     assert len(llama.grammars) == 1
