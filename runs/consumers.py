@@ -24,7 +24,8 @@ from engine.spec import FINAL_TASK_STATUSES
 from infra.push import task_group, user_group
 from runs.api.auth import token_group, token_user
 from runs.events import asks_for_html, changes_since, with_html
-from runs.selectors import visible_tasks
+from runs.models import Task
+from runs.selectors import may_read
 
 #: The close code of every refused socket: anonymous, foreign Origin, no
 #: permission, or nothing (any longer) to watch.
@@ -363,5 +364,9 @@ def resume_point(scope: dict[str, Any]) -> int | None:
 
 def _watchable_head(user: Any, task_id: str) -> tuple[int, str] | None:
     """The task's rev and status if ``user`` may watch it (owner or auditor)."""
-    head = visible_tasks(user).filter(pk=task_id).values_list("rev", "status").first()
-    return None if head is None else (int(head[0]), str(head[1]))
+    head = (
+        Task.objects.filter(pk=task_id).values_list("rev", "status", "owner_id").first()
+    )
+    if head is None or not may_read(user, head[2]):
+        return None
+    return int(head[0]), str(head[1])

@@ -27,7 +27,10 @@ def own_conversations(user: Any) -> QuerySet[Conversation]:
 
 def own_conversation(user: Any, conversation_id: Any) -> Conversation | None:
     """The user's conversation ``conversation_id``; None for anyone else's."""
-    return own_conversations(user).filter(pk=conversation_id).first()
+    conversation = own_conversations(user).filter(pk=conversation_id).first()
+    if conversation is not None:
+        conversation.owner = user  # it is, by the filter: no second read of it
+    return conversation
 
 
 def visible_tasks(user: Any) -> QuerySet[Task]:
@@ -37,15 +40,24 @@ def visible_tasks(user: Any) -> QuerySet[Task]:
     return Task.objects.filter(owner=user)
 
 
+def may_read(user: Any, owner_id: Any) -> bool:
+    """Whether ``user`` may read a task owned by ``owner_id``: as
+    :func:`visible_tasks` says, asking for the audit permission (two queries)
+    only when the task is not the user's own."""
+    if not user.is_authenticated:
+        return False
+    return owner_id == user.pk or can_audit(user)
+
+
 def visible_task(user: Any, task_id: Any) -> Task | None:
     """Task ``task_id`` with its agent, owner, conversation and parent, if the
     user may read it; None otherwise (others' tasks are not found, not refused)."""
-    return (
-        visible_tasks(user)
-        .select_related("agent", "owner", "conversation", "parent")
+    task = (
+        Task.objects.select_related("agent", "owner", "conversation", "parent")
         .filter(pk=task_id)
         .first()
     )
+    return task if task is not None and may_read(user, task.owner_id) else None
 
 
 def default_agent(user: Any = None) -> Agent | None:

@@ -136,6 +136,19 @@ def _history_taint(conversation: Conversation) -> list[str]:
     return sources
 
 
+def _locked(conversation: Conversation) -> Conversation:
+    """``conversation`` read again under its row lock, keeping the owner and the
+    agent the caller already loaded when the row still names them."""
+    locked = Conversation.objects.select_for_update().get(pk=conversation.pk)
+    for name in ("owner", "agent"):
+        field = Conversation._meta.get_field(name)
+        if field.is_cached(conversation) and getattr(locked, field.attname) == getattr(
+            conversation, field.attname
+        ):
+            field.set_cached_value(locked, field.get_cached_value(conversation))
+    return locked
+
+
 def task_start(
     *,
     conversation: Conversation,
@@ -182,7 +195,7 @@ def task_start(
             raise
     with transaction.atomic():
         # Lock the conversation: one active task per conversation.
-        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        conversation = _locked(conversation)
         active = conversation.tasks.filter(status__in=Task.ACTIVE).first()
         if active is not None:
             raise ConversationBusy(active)
