@@ -141,7 +141,7 @@ def configured_secrets() -> dict[str, str]:
 
 
 #: Where the redactor learns stored secret values: the registry plugs its secret
-#: store in from ``AppConfig.ready`` (infra sits below every app).
+#: store in from ``registry/plugs.py`` (infra sits below every app).
 _secret_stores: list[Callable[[], Mapping[str, str]]] = []
 
 

@@ -3,8 +3,10 @@ higher ones).
 
 A run parks a call by opening an approval request, and a cancelled run withdraws
 its pending requests; both belong to ``approvals``, which sits above ``runs``. The
-approvals app plugs its services in here from ``AppConfig.ready``; this is the only
-place ``runs`` reaches up, and it does so through these typed slots.
+approvals app plugs its services in here from its ``plugs`` module (imported by
+``reach_site``'s ``AppConfig.ready`` once the models are loaded, as every app's
+is); this is the only place ``runs`` reaches up, and it does so through these
+typed slots.
 
 Approvals mails approvers through the effects outbox; the two apps are siblings
 that may not import each other, so ``effects`` plugs its mail queue in here too.
@@ -101,7 +103,7 @@ _task_finished: list[TaskFinished] = []
 
 
 def plug_task_finished(listener: TaskFinished) -> None:
-    # AppConfig.ready can run twice (tests, management commands): plug once.
+    # A plugs module may be imported again (a test reloading it): plug once.
     if listener not in _task_finished:
         _task_finished.append(listener)
 
