@@ -43,6 +43,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from bench.peers import run_bench
 from bench.profile_summary import summarise_profile
 from infra.processes import spawn
 from reach_site.launcher import is_ours
@@ -413,9 +414,6 @@ def summarise(
 ) -> dict[str, dict[str, Any]]:
     """Per peer: sync ms/step (pooled median, and per-round medians), client CPU,
     N-at-once ratio per mode, the platform processes' CPU per step."""
-    sys.path.insert(0, str(PEERS_DIR))
-    import run_bench
-
     calls = args.steps + 1
     ideal = calls * args.conc_latency_ms / 1000
     out: dict[str, dict[str, Any]] = {}
