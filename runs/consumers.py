@@ -23,9 +23,8 @@ from django.conf import settings
 from engine.spec import FINAL_TASK_STATUSES
 from infra.push import task_group, user_group
 from runs.api.auth import token_group, token_user
-from runs.events import asks_for_html, changes_since, with_html
-from runs.models import Task
-from runs.selectors import may_read
+from runs.events import changes_since, wants_html, with_html
+from runs.selectors import visible_task_values
 
 #: The close code of every refused socket: anonymous, foreign Origin, no
 #: permission, or nothing (any longer) to watch.
@@ -200,7 +199,7 @@ class TaskConsumer(ReachConsumer):
             # message after connect can only come after live frames newer than it.)
             self.cursor, self.status_sent = after, ""
         self._sending = asyncio.Lock()
-        self.html = wants_html(self.scope)
+        self.html = asks_html(self.scope)
         return True
 
     def groups_for(self, user: Any) -> list[str]:
@@ -339,14 +338,13 @@ class TaskConsumer(ReachConsumer):
         self.cursor = max(self.cursor, cursor)
 
 
-def wants_html(scope: dict[str, Any]) -> bool:
-    """Whether the step events carry ``html``, the page's list item: for a
-    browser's session socket (the chat and trace pages draw it), and for a
-    program's only when its URL asks (``?html=1``); API.md's events have none."""
-    if offered_token(scope) is None:
-        return True
+def asks_html(scope: dict[str, Any]) -> bool:
+    """:func:`runs.events.wants_html` for a socket: its token, if it offers one,
+    and the last ``html`` of its URL's query string."""
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("html")
-    return bool(values) and asks_for_html(values[-1])
+    return wants_html(
+        by_token=offered_token(scope) is not None, asked=values[-1] if values else None
+    )
 
 
 def resume_point(scope: dict[str, Any]) -> int | None:
@@ -364,9 +362,5 @@ def resume_point(scope: dict[str, Any]) -> int | None:
 
 def _watchable_head(user: Any, task_id: str) -> tuple[int, str] | None:
     """The task's rev and status if ``user`` may watch it (owner or auditor)."""
-    head = (
-        Task.objects.filter(pk=task_id).values_list("rev", "status", "owner_id").first()
-    )
-    if head is None or not may_read(user, head[2]):
-        return None
-    return int(head[0]), str(head[1])
+    head = visible_task_values(user, task_id, "rev", "status")
+    return None if head is None else (int(head[0]), str(head[1]))

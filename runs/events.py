@@ -38,10 +38,12 @@ def render_step_html(step: Any) -> str:
     return render_to_string("runs/_step.html", {"step": step})
 
 
-def asks_for_html(value: str | None) -> bool:
-    """Whether a program's ``?html=`` asks for the page's HTML in step events (a
-    browser's session always gets it; API.md's events carry none)."""
-    return value in ("1", "true", "yes")
+def wants_html(*, by_token: bool, asked: str | None) -> bool:
+    """Whether a watcher's step events carry ``html``, the page's list item: a
+    browser's session always (the chat and trace pages draw it); a program that
+    came with a token only when its URL asks, ``?html=1`` (API.md's events carry
+    none). The one rule of the task websocket and the event stream."""
+    return not by_token or asked in ("1", "true", "yes")
 
 
 def with_html(event: dict[str, Any]) -> dict[str, Any]:

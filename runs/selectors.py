@@ -49,6 +49,15 @@ def may_read(user: Any, owner_id: Any) -> bool:
     return owner_id == user.pk or can_audit(user)
 
 
+def visible_task_values(user: Any, task_id: Any, *names: str) -> tuple[Any, ...] | None:
+    """The columns ``names`` of task ``task_id`` if ``user`` may read it; None
+    otherwise. One query, and the permission's only for another's task."""
+    row = Task.objects.filter(pk=task_id).values_list("owner_id", *names).first()
+    if row is None or not may_read(user, row[0]):
+        return None
+    return tuple(row[1:])
+
+
 def visible_task(user: Any, task_id: Any) -> Task | None:
     """Task ``task_id`` with its agent, owner, conversation and parent, if the
     user may read it; None otherwise (others' tasks are not found, not refused)."""

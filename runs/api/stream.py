@@ -49,9 +49,9 @@ from engine.spec import FINAL_TASK_STATUSES
 from infra.push import task_group, user_group
 from runs.api.auth import SESSION_ENDED, token_group, token_still_valid
 from runs.api.common import visible_task_or_404
-from runs.events import asks_for_html, changes_since
+from runs.events import changes_since, wants_html
 from runs.models import ApiToken
-from runs.selectors import visible_tasks
+from runs.selectors import visible_task_values
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class Watcher:
         if self.token_id is not None and not token_still_valid(self.token_id):
             return False
         user = get_user_model().objects.filter(pk=self.user_id, is_active=True).first()
-        return user is not None and visible_tasks(user).filter(pk=task_id).exists()
+        return user is not None and visible_task_values(user, task_id) is not None
 
 
 async def task_event_stream(
@@ -300,11 +300,12 @@ class TaskEvents(APIView):
         ):
             return HttpResponse(status=204)
         token = request.auth if isinstance(request.auth, ApiToken) else None
-        asks = asks_for_html(request.query_params.get("html"))
         watcher = Watcher(
             request.user.pk,
             None if token is None else token.pk,
-            html=token is None or asks,
+            html=wants_html(
+                by_token=token is not None, asked=request.query_params.get("html")
+            ),
         )
         response = StreamingHttpResponse(
             task_event_stream(task_id=str(task.pk), after=after, watcher=watcher),
