@@ -244,14 +244,22 @@ def _bigrams(text: str) -> set[str]:
     return {text[i : i + 2] for i in range(len(text) - 1)}
 
 
+_RESULT_ROLES = ("tool", "function")
+
+
+def _this_turn(messages: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """The messages after the last user message: the turn being answered."""
+    for at in range(len(messages) - 1, -1, -1):
+        if messages[at].get("role") == "user":
+            return messages[at + 1 :]
+    return messages
+
+
 def _titled_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The items with a ``title`` in the tool results since the last user message."""
+    """The items with a ``title`` in the turn's tool results, the latest first."""
     items: list[Mapping[str, Any]] = []
-    for message in reversed(messages):
-        role = message.get("role")
-        if role == "user":
-            break
-        if role not in ("tool", "function"):
+    for message in reversed(_this_turn(messages)):
+        if message.get("role") not in _RESULT_ROLES:
             continue
         try:
             value = json.loads(content_text(message.get("content")))
@@ -324,23 +332,15 @@ def made_up_numbers(
     Only after a tool result, and for the first few results of a turn; empty
     otherwise (a greeting's answer, a user who gave the numbers themselves).
     """
-    if (
-        not content
-        or not messages
-        or messages[-1].get("role") not in ("tool", "function")
-    ):
+    if not content or not messages or messages[-1].get("role") not in _RESULT_ROLES:
         return []
-    results = 0
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            break
-        results += message.get("role") in ("tool", "function")
+    results = sum(m.get("role") in _RESULT_ROLES for m in _this_turn(messages))
     if results > GUARDED_RESULTS:
         return []
     known: set[str] = set()
     for message in messages:
         role = message.get("role")
-        if role in ("user", "tool", "function"):
+        if role == "user" or role in _RESULT_ROLES:
             known |= _numbers(content_text(message.get("content")))
         for call in message.get("tool_calls") or ():
             known |= _numbers(_arguments_json(call.get("function", call)))
