@@ -37,8 +37,9 @@ WARMUP_TIMEOUT_SECONDS = 300.0
 INSTALL_HINT = "install it with: python -m localmodel.install"
 
 
-#: What the prompt cache may hold: a few states of a 1.5B model at n_ctx 4096.
-PROMPT_CACHE_BYTES = 1 << 30
+#: What the prompt cache may hold, every byte counted (localmodel.prompt_cache):
+#: about six prompt states of the 1.5B model, each mostly its copy of the logits.
+PROMPT_CACHE_BYTES = 2 << 30
 
 
 def log(message: str) -> None:
@@ -146,10 +147,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # llama-cpp-python[server] is optional (installed by localmodel.install):
         # without it the server refuses to start with a hint, instead of crashing.
         import uvicorn
-        from llama_cpp.server.app import create_app
+        from llama_cpp.server import app as llama_server
         from llama_cpp.server.settings import ModelSettings, ServerSettings
 
         from localmodel import handler  # noqa: F401 - registers reach-tools
+        from localmodel.prompt_cache import PromptCache
     except ImportError as error:
         log(
             f"refusing to start: llama-cpp-python is not installed ({error}); "
@@ -171,18 +173,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         n_threads=args.threads,
         n_threads_batch=args.threads,
         n_gpu_layers=0,
-        # Prompt states kept in RAM by their tokens: a conversation that comes
-        # back after another one ran still starts from its longest known prefix
-        # (the agent's system prompt and tools, read once at warm-up).
-        cache=True,
-        cache_type="ram",
-        cache_size=PROMPT_CACHE_BYTES,
+        # The prompt cache is set below (PromptCache): the stock one undercounts.
+        cache=False,
+        # No logits kept for every token: nothing asks for logprobs, and each
+        # cached state copies them (n_ctx x 151,936 floats were 2.5 GB).
+        logits_all=False,
         verbose=False,
     )
     try:
-        app = create_app(
+        app = llama_server.create_app(
             server_settings=server_settings, model_settings=[model_settings]
         )
+        # Prompt states kept in RAM by their tokens: a conversation that comes
+        # back after another one ran still starts from its longest known prefix
+        # (the agent's system prompt and tools, read once at warm-up). The app
+        # holds its one model in a module global (no public accessor).
+        llama = llama_server._llama_proxy(args.model_alias)  # type: ignore[misc]
+        llama.set_cache(PromptCache(capacity_bytes=PROMPT_CACHE_BYTES))
     except Exception as error:  # noqa: BLE001 - report any load failure plainly
         log(f"could not load {args.model}: {error}")
         return EXIT_FAILED
