@@ -33,7 +33,9 @@ DEMO_TOOLS: list[dict[str, Any]] = [
             "properties": {
                 "expression": {
                     "type": "string",
-                    "description": "The arithmetic expression, e.g. 128 * 6 + 320",
+                    "description": (
+                        "The arithmetic expression, e.g. 128 * 6 + 320 or (2 + 3) * 4"
+                    ),
                 }
             },
             "required": ["expression"],
