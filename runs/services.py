@@ -537,10 +537,7 @@ def steps_insert(
         row = Step(task_id=task.pk, seq=record.seq, rev=first + offset)
         row.apply(_stored(record))
         rows.append(row)
-    Step.objects.bulk_create(rows)
-    if any(row.pk is None for row in rows):
-        # A backend that cannot return ids from a bulk insert.
-        rows = list(Step.objects.filter(task_id=task.pk, seq__in=[r.seq for r in rows]))
+    _insert_steps(rows)
     rows.sort(key=lambda r: r.seq)
     for row in rows:
         if row.status == StepStatus.WAITING_APPROVAL:
@@ -629,7 +626,9 @@ def _bump(
     With a lease the UPDATE is the fence: it matches only under the same owner
     and epoch while the run is running. Either way it locks the row (PostgreSQL)
     inside the transaction that SQLite's IMMEDIATE mode already holds, so the
-    counters it returns are ours; they are set on ``task``.
+    counters it returns are ours; they are set on ``task``, and so is its
+    ``cancel_requested`` as of the write (the journal's next control check may
+    answer from it).
     """
     param = _task_pk_param(task.pk)
     updated_at = Task._meta.get_field("updated_at").get_db_prep_save(now, connection)
@@ -643,11 +642,13 @@ def _bump(
         if lease is not None:
             raise LeaseLost(str(task.pk))
         raise Task.DoesNotExist(str(task.pk))
-    for name, value in zip(_BUMPED, row, strict=True):
+    *counters, cancel_requested = row
+    for name, value in zip(_BUMPED, counters, strict=True):
         if name == "cost_usd":
             setattr(task, name, float(value) if value is not None else None)
         else:
             setattr(task, name, int(value))
+    task.cancel_requested = bool(cancel_requested)
     task.updated_at = now
     return task.rev
 
@@ -683,6 +684,13 @@ _SNAPSHOT_FIELDS = (
 )
 
 
+#: A control check this soon after the journal's own fenced write answers from
+#: what that write read: the lease held then, and the cancel flag was as it read.
+#: A cancel (or a takeover) in between is seen at the next check, as one just
+#: after a read would be.
+CONTROL_FRESH_S = 0.05
+
+
 class DjangoJournal:
     """The engine's Journal over the database, fenced by one lease."""
 
@@ -701,6 +709,8 @@ class DjangoJournal:
         # What task events and approval requests show, loaded once.
         self._agent = task.agent
         self._owner = task.owner
+        # When this journal's last fenced write committed (monotonic seconds).
+        self._written_at = -CONTROL_FRESH_S
 
     # reading
 
@@ -722,6 +732,10 @@ class DjangoJournal:
         )
 
     def control(self) -> Control:
+        if time.monotonic() - self._written_at < CONTROL_FRESH_S:
+            # A write committed just now: its UPDATE was fenced by this lease
+            # (it would have raised LeaseLost) and read the cancel flag.
+            return Control(cancelled=self._task.cancel_requested)
         # Raw SQL on the per-step path: the ORM costs ten times the query here.
         with connection.cursor() as cursor:
             cursor.execute(_control_sql(), [_task_pk_param(self._task_pk)])
@@ -761,6 +775,7 @@ class DjangoJournal:
         with _write_transaction():
             rows = steps_insert(task=self._task, records=steps, lease=self._lease)
             self._step_pks.update((row.seq, row.pk) for row in rows)
+        self._written_at = time.monotonic()
         if self._task.intent and current_intent.get() != self._task.intent:
             # The routing call chose: the run's later log lines carry it.
             current_intent.set(self._task.intent)
@@ -785,6 +800,7 @@ class DjangoJournal:
                     task.save(update_fields=["tainted_by"])
                 # What this run's later task events show.
                 self._task.tainted_by = task.tainted_by
+        self._written_at = time.monotonic()
         return row.record()
 
     def _step_pk(self, seq: int) -> int:
@@ -915,11 +931,48 @@ def _bump_sql(fenced: bool) -> str:
         if fenced
         else ""
     )
-    returning = ", ".join(_q(name) for name in _BUMPED)
+    returning = ", ".join(_q(name) for name in (*_BUMPED, "cancel_requested"))
     return (
         f"UPDATE {_q(Task._meta.db_table)} SET {counters}, "  # noqa: S608
         f"{_q('updated_at')} = %s WHERE {_q('id')} = %s{fence} RETURNING {returning}"
     )
+
+
+@functools.cache
+def _step_insert_fields() -> tuple[Any, ...]:
+    """Every column of a step but its id, in the INSERT's order."""
+    names = ("task", "seq", "rev", *Step.RECORD_FIELDS)
+    fields = tuple(Step._meta.get_field(name) for name in names)
+    columns = {f.column for f in Step._meta.concrete_fields if not f.primary_key}
+    # A column the record does not carry would be left to its (missing) default.
+    missing = columns - {f.column for f in fields}
+    assert not missing, f"steps_insert writes no {sorted(missing)}"
+    return fields
+
+
+def _insert_steps(rows: Sequence[Step]) -> None:
+    """One INSERT of ``rows`` with their ids back (``RETURNING``, in the rows'
+    order, as ``bulk_create`` relies on too); the ORM's bulk_create costs
+    several times the statement on this path, twice per step."""
+    fields = _step_insert_fields()
+    columns = ", ".join(_q(f.column) for f in fields)
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    params = [
+        f.get_db_prep_save(getattr(row, f.attname), connection)
+        for row in rows
+        for f in fields
+    ]
+    sql = (
+        f"INSERT INTO {_q(Step._meta.db_table)} ({columns}) "  # noqa: S608
+        f"VALUES {', '.join([one] * len(rows))} RETURNING {_q('id')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = [row[0] for row in cursor.fetchall()]
+    for row, pk in zip(rows, ids, strict=True):
+        row.pk = pk
+        row._state.adding = False
+        row._state.db = connection.alias
 
 
 def _step_update_sql(row: Step) -> tuple[str, list[Any]]:

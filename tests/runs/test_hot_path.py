@@ -15,7 +15,7 @@ from runs.models import Step, Task
 from runs.payloads import task_payload
 from tests.support.runs import claimed, model_step
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
 
 
 def tool_step(seq: int, status: StepStatus) -> StepRecord:
@@ -169,3 +169,66 @@ def test_an_untrusted_result_taints_the_task_through_the_fast_update(alice, demo
     )
     label = f"calculate#2@{str(journal.task_id)[:8]}"
     assert Task.objects.get(pk=journal.task_id).tainted_by == [label]
+
+
+def test_a_control_check_just_after_a_write_reads_nothing_and_sees_its_cancel(
+    alice, demo, monkeypatch
+):
+    journal = claimed(alice, demo.agent, owner="w1")
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    with CaptureQueriesContext(connection) as queries:
+        assert journal.control().cancelled is False
+    assert queries.captured_queries == []
+
+    # A cancel that commits before the next write: that write's fenced UPDATE
+    # returns the flag, and the check after it answers from it.
+    Task.objects.filter(pk=journal.task_id).update(cancel_requested=True)
+    journal.update(step.copy(status=StepStatus.SUCCEEDED, result=2))
+    with CaptureQueriesContext(connection) as queries:
+        assert journal.control().cancelled is True
+    assert queries.captured_queries == []
+
+    # Later than CONTROL_FRESH_S after the write, the check reads the row again.
+    from runs import services
+
+    monkeypatch.setattr(services, "CONTROL_FRESH_S", 0.0)
+    Task.objects.filter(pk=journal.task_id).update(lease_owner="w2")
+    with pytest.raises(LeaseLost):
+        journal.control()
+
+
+def test_an_appended_step_stores_every_field_of_its_record(alice, demo):
+    journal = claimed(alice, demo.agent, owner="w1")
+    record = StepRecord(
+        seq=2,
+        kind=StepKind.TOOL_CALL,
+        status=StepStatus.WAITING_APPROVAL,
+        tool="calculate",
+        tool_version=3,
+        call_id="call_1",
+        call_index=1,
+        parent_seq=1,
+        arguments={"expression": "1+1"},
+        raw_arguments='{"expression": "1+1"}',
+        proposed_arguments={"expression": "1 + 1"},
+        error="e",
+        error_class="timeout",
+        attempts=[{"n": 1}],
+        model="m",
+        request_id="r",
+        usage={"total_tokens": 1},
+        idempotency_key="k",
+        tainted_by=["t"],
+        detail={"why": "x"},
+        started_at=utcnow(),
+        finished_at=utcnow(),
+        cost_usd=0.5,
+    )
+    [written] = journal.append([record])
+
+    row = Step.objects.get(task_id=journal.task_id, seq=2)
+    assert row.pk == journal._step_pk(2)
+    stored = row.record()
+    assert written == stored
+    for name in Step.RECORD_FIELDS:
+        assert getattr(stored, name) == getattr(record, name), name
