@@ -15,6 +15,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.security.websocket import AllowedHostsOriginValidator
@@ -137,6 +138,17 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
 
     def groups_for(self, user: Any) -> list[str]:
         raise NotImplementedError
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch without its hop to the sync thread before every
+        message (``aclose_old_connections``): every read of ours goes through
+        ``database_sync_to_async``, which closes stale connections itself, in
+        the thread that holds them. A pushed change sent on as it came (most
+        messages) touches no database; the hop was most of its cost."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def session_ended(self, message: dict[str, Any]) -> None:
         await self.close(code=4401)

@@ -175,6 +175,29 @@ async def test_a_pushed_change_is_sent_as_pushed_without_reading_it_back(
     await comm.disconnect()
 
 
+async def test_a_pushed_change_goes_out_with_no_hop_to_the_sync_thread(
+    alice, demo, monkeypatch
+):
+    from asgiref import sync
+
+    task, comm = await watched_task(alice, demo.agent, count=1)
+    hops: list[str] = []
+    original = sync.SyncToAsync.__call__
+
+    async def counted(self, *args, **kwargs):
+        hops.append(self.func.__qualname__)
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(sync.SyncToAsync, "__call__", counted)
+    await task_with_more_steps(task, count=2)
+    received = [await comm.receive_json_from(timeout=5) for _ in range(2)]
+    assert [m["step"]["seq"] for m in received] == [2, 3]
+    # The write's own hop only: Channels' dispatch would add one per message
+    # (close_old_connections) before the consumer's handler.
+    assert hops == [task_with_more_steps.func.__qualname__], hops
+    await comm.disconnect()
+
+
 async def test_a_watcher_that_missed_a_push_reads_the_gap_and_sends_it_once(
     alice, demo
 ):
