@@ -12,7 +12,7 @@ from engine.redaction import Redactor
 from infra.push import push, task_group
 from infra.runtime import redactor
 from runs.models import Step, Task
-from runs.payloads import step_payload, task_payload
+from runs.payloads import step_payload, task_payload, task_payload_rows
 
 
 def _redactor() -> Redactor:
@@ -109,36 +109,6 @@ def changes_on_commit(
     transaction.on_commit(lambda: push(group, message))
 
 
-#: The columns task_payload reads (runs/payloads.py).
-TASK_EVENT_FIELDS = (
-    "id",
-    "conversation_id",
-    "agent__name",
-    "owner__username",
-    "model",
-    "status",
-    "stop_reason",
-    "final_answer",
-    "error_message",
-    "prompt_tokens",
-    "completion_tokens",
-    "total_tokens",
-    "estimated_calls",
-    "cost_usd",
-    "intent",
-    "step_count",
-    "parent_id",
-    "parent_seq",
-    "origin",
-    "goal",
-    "tainted_by",
-    "rev",
-    "created_at",
-    "started_at",
-    "finished_at",
-)
-
-
 class Changes(NamedTuple):
     """What a watcher of one task has not seen yet (the consumer's side)."""
 
@@ -187,10 +157,5 @@ def changes_since(
 
 def load_task_event(task_id: Any) -> dict[str, Any] | None:
     """The task event for ``task_id`` (the consumer's side)."""
-    task = (
-        Task.objects.select_related("agent", "owner")
-        .only(*TASK_EVENT_FIELDS)
-        .filter(pk=task_id)
-        .first()
-    )
+    task = task_payload_rows().filter(pk=task_id).first()
     return task_event(task) if task is not None else None

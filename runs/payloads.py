@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
+
 from registry.payloads import iso
 from runs.models import Conversation, Step, Task
 
@@ -76,6 +78,42 @@ def usd(value: float | None) -> float | None:
 
 def _public_detail(detail: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in detail.items() if k != "signature"}
+
+
+#: The columns :func:`task_payload` reads.
+TASK_PAYLOAD_FIELDS = (
+    "id",
+    "conversation_id",
+    "agent__name",
+    "owner__username",
+    "model",
+    "status",
+    "stop_reason",
+    "final_answer",
+    "error_message",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+    "estimated_calls",
+    "cost_usd",
+    "intent",
+    "step_count",
+    "parent_id",
+    "parent_seq",
+    "origin",
+    "goal",
+    "tainted_by",
+    "rev",
+    "created_at",
+    "started_at",
+    "finished_at",
+)
+
+
+def task_payload_rows() -> QuerySet[Task]:
+    """Tasks with only what :func:`task_payload` reads (their agent's name and
+    owner's username joined): no snapshot of tool definitions, no other rows."""
+    return Task.objects.select_related("agent", "owner").only(*TASK_PAYLOAD_FIELDS)
 
 
 def task_payload(task: Task) -> dict[str, Any]:

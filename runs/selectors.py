@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from registry.access import usable_agents
 from registry.models import Agent
 from runs.models import Conversation, Task
+from runs.payloads import task_payload_rows
 from runs.permissions import can_audit
 
 
@@ -66,6 +67,14 @@ def visible_task(user: Any, task_id: Any) -> Task | None:
         .filter(pk=task_id)
         .first()
     )
+    return task if task is not None and may_read(user, task.owner_id) else None
+
+
+def visible_task_brief(user: Any, task_id: Any) -> Task | None:
+    """Task ``task_id`` with only what its payload shows
+    (:func:`runs.payloads.task_payload`), if the user may read it: the API's
+    task detail, which a client polls."""
+    task = task_payload_rows().filter(pk=task_id).first()
     return task if task is not None and may_read(user, task.owner_id) else None
 
 

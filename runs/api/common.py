@@ -57,9 +57,11 @@ def error_response(message: str, status: int) -> Response:
     return Response({"error": message, "detail": message}, status=status)
 
 
-def visible_task_or_404(request: Request, task_id: Any) -> Task:
-    """The task if the caller may read it; 404 for others' tasks and unknown ids."""
-    task = selectors.visible_task(request.user, task_id)
+def visible_task_or_404(request: Request, task_id: Any, *, brief: bool = False) -> Task:
+    """The task if the caller may read it; 404 for others' tasks and unknown ids.
+    ``brief``: with only what its payload shows (``visible_task_brief``)."""
+    read = selectors.visible_task_brief if brief else selectors.visible_task
+    task = read(request.user, task_id)
     if task is None:
         raise Http404
     return task

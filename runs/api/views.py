@@ -243,7 +243,8 @@ class TaskList(APIView):
 class TaskDetail(APIView):
     @extend_schema(responses=schema.TaskSchema)
     def get(self, request: Request, task_id: str) -> Response:
-        return Response(redacted(task_payload(visible_task_or_404(request, task_id))))
+        task = visible_task_or_404(request, task_id, brief=True)
+        return Response(redacted(task_payload(task)))
 
 
 class TaskSteps(APIView):

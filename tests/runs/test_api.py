@@ -149,6 +149,28 @@ def test_the_operator_reads_every_task_but_may_not_cancel_it(
     assert client.post(f"/api/tasks/{task.pk}/cancel/").status_code == 403
 
 
+def test_the_task_detail_reads_only_the_payloads_columns_and_shows_them_all(
+    alice, demo, api_client_for
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from runs.api.common import redacted
+    from runs.payloads import task_payload
+
+    task = start(alice, demo.agent, "hello")
+    client = api_client_for(alice)
+    client.get(f"/api/tasks/{task.pk}/")  # the token's last use is recorded once
+    with CaptureQueriesContext(connection) as queries:
+        body = client.get(f"/api/tasks/{task.pk}/").json()
+
+    full = Task.objects.select_related("agent", "owner").get(pk=task.pk)
+    assert body == redacted(task_payload(full))
+    # The token, then the task with its agent and owner: no snapshot column.
+    assert len(queries.captured_queries) == 2, queries.captured_queries
+    assert "agent_snapshot" not in queries.captured_queries[-1]["sql"]
+
+
 def test_task_shape_has_every_key_of_the_api(alice, demo, api_client_for):
     conversation = runs.conversation_create(owner=alice, agent=demo.agent)
     task = runs.task_start(conversation=conversation, content="hello")
