@@ -396,17 +396,42 @@ def task_claim(*, task_id: Any, owner: str) -> int | None:
         | (Q(status=TaskStatus.WAITING_APPROVAL) & ~Exists(waiting))
     )
     with _sqlite_writes if connection.vendor == "sqlite" else nullcontext():
-        # Most claims are of a fresh task: try that simple, cheap UPDATE first.
-        claimed = _claim_update(Q(status=TaskStatus.QUEUED), task_id, owner, now)
-        if claimed != 1:
-            claimed = _claim_update(claimable, task_id, owner, now)
-    if claimed != 1:
-        return None
-    row = Task.objects.filter(pk=task_id).values("lease_epoch", "lease_owner").first()
-    if row is None or row["lease_owner"] != owner:
+        # Most claims are of a fresh task: that one statement returns the epoch.
+        epoch = _claim_queued(task_id, owner, now)
+        if epoch is None and _claim_update(claimable, task_id, owner, now) == 1:
+            row = (
+                Task.objects.filter(pk=task_id)
+                .values("lease_epoch", "lease_owner")
+                .first()
+            )
+            if row is not None and row["lease_owner"] == owner:
+                epoch = int(row["lease_epoch"])
+    if epoch is None:
         return None
     notify.task_changed_on_commit(task_id)
-    return int(row["lease_epoch"])
+    return epoch
+
+
+def _claim_queued(task_id: Any, owner: str, now: Any) -> int | None:
+    """The claim of a queued task (not an imported trace) in one UPDATE that
+    returns the new epoch: what :func:`_claim_update` does for that case, and
+    the row read it needs after it."""
+    field = Task._meta.get_field
+    params = [
+        TaskStatus.RUNNING.value,
+        owner,
+        field("lease_expires_at").get_db_prep_save(
+            now + timedelta(seconds=settings.REACH_LEASE_S), connection
+        ),
+        field("started_at").get_db_prep_save(now, connection),
+        field("updated_at").get_db_prep_save(now, connection),
+        _task_pk_param(task_id),
+        TaskStatus.QUEUED.value,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_queued_sql(), params)
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 def _claim_update(claimable: Q, task_id: Any, owner: str, now: Any) -> int:
@@ -923,6 +948,20 @@ def _control_sql() -> str:
 
 
 @functools.cache
+def _claim_queued_sql() -> str:
+    table = _q(Task._meta.db_table)
+    return (
+        f"UPDATE {table} SET {_q('status')} = %s, {_q('lease_owner')} = %s, "  # noqa: S608
+        f"{_q('lease_epoch')} = {_q('lease_epoch')} + 1, "
+        f"{_q('lease_expires_at')} = %s, "
+        f"{_q('started_at')} = COALESCE({_q('started_at')}, %s), "
+        f"{_q('updated_at')} = %s, {_q('rev')} = {_q('rev')} + 1 "
+        f"WHERE {_q('id')} = %s AND {_q('origin')} IS NULL AND {_q('status')} = %s "
+        f"RETURNING {_q('lease_epoch')}"
+    )
+
+
+@functools.cache
 def _bump_sql(fenced: bool) -> str:
     counters = ", ".join(f"{_q(name)} = {_q(name)} + %s" for name in _BUMPED)
     fence = (
@@ -1075,7 +1114,7 @@ def task_advance(*, task_id: Any) -> str:
     if epoch is None:
         return "not-claimed"
     token = current_task_id.set(str(task_id))
-    task = Task.objects.select_related("agent").get(pk=task_id)
+    task = Task.objects.select_related("agent", "owner").get(pk=task_id)
     intent_token = current_intent.set(task.intent)
     journal = DjangoJournal(task, owner=owner, epoch=epoch)
     _heartbeat.add(str(task.pk), owner, epoch)

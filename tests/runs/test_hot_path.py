@@ -11,9 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from engine.loop import LeaseLost
 from engine.spec import StepKind, StepRecord, StepStatus, utcnow
 from runs import events as notify
+from runs import services as runs
 from runs.models import Step, Task
 from runs.payloads import task_payload
-from tests.support.runs import claimed, model_step
+from tests.support.runs import claimed, model_step, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
 
@@ -232,3 +233,18 @@ def test_an_appended_step_stores_every_field_of_its_record(alice, demo):
     assert written == stored
     for name in Step.RECORD_FIELDS:
         assert getattr(stored, name) == getattr(record, name), name
+
+
+def test_claiming_a_queued_task_is_one_update_that_returns_its_epoch(alice, demo):
+    task = start(alice, demo.agent, "hi")
+    rev = task.rev
+    with CaptureQueriesContext(connection) as queries:
+        epoch = runs.task_claim(task_id=task.pk, owner="w1")
+
+    assert [q["sql"].split(" ")[0] for q in queries.captured_queries] == ["UPDATE"]
+    row = Task.objects.get(pk=task.pk)
+    assert (row.status, row.lease_owner, row.lease_epoch) == ("running", "w1", epoch)
+    assert row.rev == rev + 1
+    assert row.started_at is not None and row.lease_expires_at > row.started_at
+    # Held and not expired: nobody else claims it.
+    assert runs.task_claim(task_id=task.pk, owner="w2") is None
