@@ -24,10 +24,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import (
+    DEFAULT_DB_ALIAS,
     InterfaceError,
     OperationalError,
     close_old_connections,
     connection,
+    connections,
     transaction,
 )
 from django.db.models import Exists, F, OuterRef, Q
@@ -993,38 +995,51 @@ def _insert_steps(rows: Sequence[Step]) -> None:
     """One INSERT of ``rows`` with their ids back (``RETURNING``, in the rows'
     order, as ``bulk_create`` relies on too); the ORM's bulk_create costs
     several times the statement on this path, twice per step."""
-    fields = _step_insert_fields()
-    columns = ", ".join(_q(f.column) for f in fields)
-    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    db = connections[DEFAULT_DB_ALIAS]
     params = [
-        f.get_db_prep_save(getattr(row, f.attname), connection)
-        for row in rows
-        for f in fields
+        value for row in rows for value in _prepared(_step_insert_fields(), row, db)
     ]
-    sql = (
-        f"INSERT INTO {_q(Step._meta.db_table)} ({columns}) "  # noqa: S608
-        f"VALUES {', '.join([one] * len(rows))} RETURNING {_q('id')}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    with db.cursor() as cursor:
+        cursor.execute(_step_insert_sql(len(rows)), params)
         ids = [row[0] for row in cursor.fetchall()]
     for row, pk in zip(rows, ids, strict=True):
         row.pk = pk
         row._state.adding = False
-        row._state.db = connection.alias
+        row._state.db = db.alias
+
+
+def _prepared(fields: Sequence[Any], row: Step, db: Any) -> list[Any]:
+    """``row``'s values of ``fields``, each prepared by its field as the ORM does."""
+    return [f.get_db_prep_save(getattr(row, f.attname), db) for f in fields]
+
+
+@functools.cache
+def _step_insert_sql(count: int) -> str:
+    fields = _step_insert_fields()
+    columns = ", ".join(_q(f.column) for f in fields)
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    return (
+        f"INSERT INTO {_q(Step._meta.db_table)} ({columns}) "  # noqa: S608
+        f"VALUES {', '.join([one] * count)} RETURNING {_q('id')}"
+    )
+
+
+@functools.cache
+def _step_update_fields() -> tuple[Any, ...]:
+    return tuple(Step._meta.get_field(name) for name in (*Step.RECORD_FIELDS, "rev"))
+
+
+@functools.cache
+def _step_update_statement() -> str:
+    assignments = ", ".join(f"{_q(f.column)} = %s" for f in _step_update_fields())
+    table = _q(Step._meta.db_table)
+    return f"UPDATE {table} SET {assignments} WHERE {_q('id')} = %s"  # noqa: S608
 
 
 def _step_update_sql(row: Step) -> tuple[str, list[Any]]:
     """The UPDATE the ORM would send for every recorded field of ``row``."""
-    fields = [Step._meta.get_field(name) for name in (*Step.RECORD_FIELDS, "rev")]
-    assignments = ", ".join(f"{_q(f.column)} = %s" for f in fields)  # type: ignore[union-attr]
-    params: list[Any] = [
-        f.get_db_prep_save(getattr(row, f.attname), connection)  # type: ignore[union-attr]
-        for f in fields
-    ]
-    params.append(row.pk)
-    table = _q(Step._meta.db_table)
-    return f"UPDATE {table} SET {assignments} WHERE {_q('id')} = %s", params  # noqa: S608
+    values = _prepared(_step_update_fields(), row, connections[DEFAULT_DB_ALIAS])
+    return _step_update_statement(), [*values, row.pk]
 
 
 def _redact_text(text: str | None) -> str | None:
