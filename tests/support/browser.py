@@ -73,6 +73,10 @@ def sign_in(page: Any, site: Any, username: str) -> Any:
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     expect(page).to_have_url(f"{site.web_url}/", timeout=TIMEOUT_MS)
+    # The URL changes when the navigation commits; the page's module scripts (the
+    # chat's Enter-to-send among them) run later, before "load". A test that
+    # types at once must not race them.
+    page.wait_for_load_state("load")
     return page
 
 
