@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.support.probes import ROOT, probe
 
 
@@ -37,3 +39,18 @@ def test_an_explicit_pool_size_wins():
     assert (
         _pool(REACH_WORKER_CONCURRENCY="200", REACH_DB_POOL_MAX="30")["max_size"] == 30
     )
+
+
+@pytest.mark.django_db
+def test_an_sqlite_connection_is_wal_with_a_small_page_cache():
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the embedded database's settings")
+    with connection.cursor() as cursor:
+        pragmas = {
+            name: cursor.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("journal_mode", "synchronous", "cache_size")
+        }
+    # synchronous 1 is NORMAL; a negative cache_size is in KiB.
+    assert pragmas == {"journal_mode": "wal", "synchronous": 1, "cache_size": -512}
