@@ -737,7 +737,7 @@ class DjangoJournal:
         self._agent = task.agent
         self._owner = task.owner
         # When this journal's last fenced write committed (monotonic seconds).
-        self._written_at = -CONTROL_FRESH_S
+        self._written_at = float("-inf")
 
     # reading
 
