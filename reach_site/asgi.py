@@ -23,8 +23,9 @@ class OneHopASGIHandler(ASGIHandler):
     chain in async mode: each ``MiddlewareMixin`` then hands its
     ``process_request`` and ``process_response`` to that thread and back, one
     plain sync middleware (ours) hands the rest of the chain back to the event
-    loop, and the view goes to the thread once more: about twenty thread hops a
-    request, which ``make bench-profile`` found under half the web process's CPU.
+    loop, and the view goes to the thread once more: 16 thread hops for a page
+    (tests/reach_site/test_asgi.py counts them), which ``make bench-profile``
+    found under half the web process's CPU.
     The request still comes in and its response still goes out on the event loop
     (a streaming response's async iterator too), as in Django's handler.
     """

@@ -59,22 +59,17 @@ def visible_task_values(user: Any, task_id: Any, *names: str) -> tuple[Any, ...]
     return tuple(row[1:])
 
 
-def visible_task(user: Any, task_id: Any) -> Task | None:
+def visible_task(user: Any, task_id: Any, *, brief: bool = False) -> Task | None:
     """Task ``task_id`` with its agent, owner, conversation and parent, if the
-    user may read it; None otherwise (others' tasks are not found, not refused)."""
-    task = (
-        Task.objects.select_related("agent", "owner", "conversation", "parent")
-        .filter(pk=task_id)
-        .first()
+    user may read it; None otherwise (others' tasks are not found, not refused).
+    ``brief``: with only what its payload shows (:func:`runs.payloads.task_payload`:
+    the API's task detail, which a client polls)."""
+    rows = (
+        task_payload_rows()
+        if brief
+        else Task.objects.select_related("agent", "owner", "conversation", "parent")
     )
-    return task if task is not None and may_read(user, task.owner_id) else None
-
-
-def visible_task_brief(user: Any, task_id: Any) -> Task | None:
-    """Task ``task_id`` with only what its payload shows
-    (:func:`runs.payloads.task_payload`), if the user may read it: the API's
-    task detail, which a client polls."""
-    task = task_payload_rows().filter(pk=task_id).first()
+    task = rows.filter(pk=task_id).first()
     return task if task is not None and may_read(user, task.owner_id) else None
 
 

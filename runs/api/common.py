@@ -59,9 +59,8 @@ def error_response(message: str, status: int) -> Response:
 
 def visible_task_or_404(request: Request, task_id: Any, *, brief: bool = False) -> Task:
     """The task if the caller may read it; 404 for others' tasks and unknown ids.
-    ``brief``: with only what its payload shows (``visible_task_brief``)."""
-    read = selectors.visible_task_brief if brief else selectors.visible_task
-    task = read(request.user, task_id)
+    ``brief``: with only what its payload shows (:func:`selectors.visible_task`)."""
+    task = selectors.visible_task(request.user, task_id, brief=brief)
     if task is None:
         raise Http404
     return task
