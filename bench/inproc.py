@@ -7,8 +7,10 @@ come from the scratch instance the benchmark starts (its var dir, its Redis).
 
 from __future__ import annotations
 
+import cProfile
 import json
 import os
+import pstats
 import sys
 import threading
 import time
@@ -20,6 +22,7 @@ import openai
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db import connection
 
 from bench.run import QUESTION, Proc, cpu_seconds, median, p90, start_model, wait_until
 from engine.safe_eval import evaluate_arithmetic
@@ -27,6 +30,7 @@ from engine.spec import ToolSpec
 from reach_site.demo import seed_demo
 from registry.models import Agent
 from registry.services import agent_snapshot
+from runs import counters
 from runs import services as runs
 from runs.models import Task
 from runs.tasks import advance
@@ -45,22 +49,35 @@ def use_model(url: str) -> None:
 # -- 1. per-step overhead ----------------------------------------------------------
 
 
-def platform_loop(model: Proc, tasks: int, steps: int) -> dict[str, Any]:
+def warm_up() -> None:
+    """Three runs of the demo agent: imports, connections, template loading."""
     alice = get_user_model().objects.get(username="alice")
     agent = Agent.objects.get(name="assistant")
-    per_step: list[float] = []
-    # Warm up: imports, connections, template loading.
     for _ in range(3):
         conversation = runs.conversation_create(owner=alice, agent=agent)
         task = runs.task_start(conversation=conversation, content="warm up")
         runs.task_advance(task_id=task.pk)
-    model.take_timings()
+
+
+def started_runs(tasks: int) -> list[Any]:
+    """``tasks`` new runs of alice's with the demo agent, one conversation each,
+    not enqueued: this process drives them (``task_advance``)."""
+    alice = get_user_model().objects.get(username="alice")
+    agent = Agent.objects.get(name="assistant")
     with mock.patch.object(runs, "enqueue_advance"):
         ids = []
         for number in range(tasks):
             conversation = runs.conversation_create(owner=alice, agent=agent)
             task = runs.task_start(conversation=conversation, content=f"run {number}")
             ids.append(task.pk)
+    return ids
+
+
+def platform_loop(model: Proc, tasks: int, steps: int) -> dict[str, Any]:
+    per_step: list[float] = []
+    warm_up()
+    model.take_timings()
+    ids = started_runs(tasks)
     for task_id in ids:
         started = time.perf_counter()
         runs.task_advance(task_id=task_id)
@@ -168,6 +185,31 @@ def bare_concurrent(
         agent.close()
         model.stop()
     return {"wall_s": wall, "ratio": wall / (calls * latency), "cpu_s": cpu}
+
+
+def counted_runs(tasks: int) -> dict[str, float]:
+    """SQL statements and function calls (``cProfile``, this thread) per run,
+    over ``tasks`` runs driven one after another (``python -m bench.calls``)."""
+    warm_up()
+    ids = started_runs(tasks)
+    statements: list[str] = []
+
+    def counted(execute: Any, sql: str, *args: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, *args)
+
+    profile = cProfile.Profile()
+    with connection.execute_wrapper(counted):
+        profile.enable()
+        for task_id in ids:
+            runs.task_advance(task_id=task_id)
+        profile.disable()
+    counters.flush()  # before the benchmark's Redis stops
+    calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
+    return {
+        "sql_statements_per_run": len(statements) / tasks,
+        "function_calls_per_run": calls / tasks,
+    }
 
 
 def overhead(env: dict[str, str], tasks: int, steps: int) -> dict[str, Any]:
