@@ -78,27 +78,18 @@ def parse_message(message: dict[str, Any]) -> tuple[str | None, list[ToolCall]]:
     return content, calls
 
 
-def normalise_message(message: dict[str, Any]) -> dict[str, Any]:
-    """The assistant message as it is sent back to the model on later turns."""
-    out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-    tool_calls = []
-    for index, raw in enumerate(message.get("tool_calls") or []):
-        function = raw.get("function") or {}
-        arguments = function.get("arguments")
-        if not isinstance(arguments, str):
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        tool_calls.append(
+def assistant_message(content: str | None, calls: list[ToolCall]) -> dict[str, Any]:
+    """The assistant message, as it is sent back to the model on later turns."""
+    out: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        out["tool_calls"] = [
             {
-                "id": str(raw.get("id") or f"call_{index}"),
+                "id": call.call_id,
                 "type": "function",
-                "function": {
-                    "name": function.get("name") or "",
-                    "arguments": arguments,
-                },
+                "function": {"name": call.name, "arguments": call.raw_arguments},
             }
-        )
-    if tool_calls:
-        out["tool_calls"] = tool_calls
+            for call in calls
+        ]
     return out
 
 
@@ -255,8 +246,8 @@ class OpenAIModelClient:
             )
         choice = completion.choices[0]
         raw = choice.message.model_dump(exclude_none=True)
-        message = normalise_message(raw)
-        content, calls = parse_message(message)
+        content, calls = parse_message(raw)
+        message = assistant_message(content, calls)
         usage = Usage.from_dict(
             completion.usage.model_dump() if completion.usage is not None else None
         )

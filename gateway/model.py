@@ -20,9 +20,9 @@ from engine.model_client import (
     ModelClient,
     ModelReply,
     Tools,
-    parse_message,
+    assistant_message,
 )
-from engine.spec import AgentSnapshot, Attempt, Usage, utcnow
+from engine.spec import AgentSnapshot, Attempt, ToolCall, Usage, utcnow
 
 #: The key of ``AgentSnapshot.extra`` that marks a gateway run (and holds its call).
 GATEWAY_KEY = "mcp_gateway"
@@ -73,31 +73,26 @@ class GatewayModel:
             ),
             None,
         )
-        message: dict[str, Any]
+        tool_calls: list[ToolCall] = []
         if observed is None:
-            message = {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": self.call.call_id,
-                        "type": "function",
-                        "function": {
-                            "name": self.call.tool,
-                            # As a model sends them: a JSON string the engine parses
-                            # and validates like any other proposal.
-                            "arguments": json.dumps(
-                                dict(self.call.arguments), ensure_ascii=False
-                            ),
-                        },
-                    }
-                ],
-            }
+            content = None
+            tool_calls.append(
+                ToolCall(
+                    call_id=self.call.call_id,
+                    name=self.call.tool,
+                    # As a model sends them: a JSON string the engine parses and
+                    # validates like any other proposal.
+                    raw_arguments=json.dumps(
+                        dict(self.call.arguments), ensure_ascii=False
+                    ),
+                    index=0,
+                )
+            )
             finish = "tool_calls"
         else:
-            message = {"role": "assistant", "content": str(observed.get("content"))}
+            content = str(observed.get("content"))
             finish = "stop"
-        content, tool_calls = parse_message(message)
+        message = assistant_message(content, tool_calls)
         return ModelReply(
             message=message,
             content=content,
