@@ -10,7 +10,9 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
+
+T = TypeVar("T")
 
 
 class Risk(StrEnum):
@@ -196,78 +198,69 @@ class DetailKey(StrEnum):
     FORK = "fork"
 
 
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _number(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _stop(value: Any) -> StopReason | None:
+    return StopReason(value) if value else None
+
+
+class _Key(Generic[T]):
+    """One typed read of a :class:`StepDetail` key: ``detail.<name>``."""
+
+    def __init__(self, key: DetailKey, read: Callable[[Any], T]) -> None:
+        self.key = key
+        self.read = read
+
+    @overload
+    def __get__(self, detail: None, owner: type[Any]) -> _Key[T]: ...
+
+    @overload
+    def __get__(self, detail: StepDetail, owner: type[Any]) -> T: ...
+
+    def __get__(self, detail: StepDetail | None, owner: type[Any]) -> _Key[T] | T:
+        if detail is None:
+            return self
+        return self.read((detail.data or {}).get(self.key))
+
+
 @dataclass(frozen=True)
 class StepDetail:
     """Typed reads of a step's ``detail`` object (it stays a plain dict).
 
     ``StepDetail(step.detail).signature`` works on an engine record and on a
-    database row alike; writes name their key with :class:`DetailKey`.
+    database row alike; writes name their key with :class:`DetailKey`. A key
+    absent (or empty) reads as None, ``{}`` or False.
     """
 
     data: Mapping[str, Any] | None
 
-    def _get(self, key: DetailKey) -> Any:
-        return (self.data or {}).get(key)
-
-    def _text(self, key: DetailKey) -> str | None:
-        value = self._get(key)
-        return str(value) if value else None
-
-    def _number(self, key: DetailKey) -> int | None:
-        value = self._get(key)
-        return int(value) if value is not None else None
-
-    def _object(self, key: DetailKey) -> dict[str, Any]:
-        value = self._get(key)
-        return dict(value) if isinstance(value, Mapping) else {}
-
-    @property
-    def signature(self) -> str | None:
-        return self._text(DetailKey.SIGNATURE)
-
-    @property
-    def approval(self) -> dict[str, Any]:
-        """What the policy recorded for the approval card (empty if none)."""
-        return self._object(DetailKey.APPROVAL)
+    signature = _Key(DetailKey.SIGNATURE, _text)
+    #: What the policy recorded for the approval card.
+    approval = _Key(DetailKey.APPROVAL, _object)
+    approved_hash = _Key(DetailKey.APPROVED_HASH, _text)
+    #: The human decision on the call.
+    decision = _Key(DetailKey.DECISION, _object)
+    untrusted = _Key(DetailKey.UNTRUSTED, bool)
+    stop = _Key(DetailKey.STOP, _stop)
+    same_as_seq = _Key(DetailKey.SAME_AS_SEQ, _number)
+    reason = _Key(DetailKey.REASON, _text)
+    #: A compaction's shortened results, by seq (as a string).
+    replaced = _Key(DetailKey.REPLACED, _object)
+    attach_to = _Key(DetailKey.ATTACH_TO, _number)
 
     @property
     def waited_for_approval(self) -> bool:
         return DetailKey.APPROVAL in (self.data or {})
-
-    @property
-    def approved_hash(self) -> str | None:
-        return self._text(DetailKey.APPROVED_HASH)
-
-    @property
-    def decision(self) -> dict[str, Any]:
-        """The human decision on the call (empty if none)."""
-        return self._object(DetailKey.DECISION)
-
-    @property
-    def untrusted(self) -> bool:
-        return bool(self._get(DetailKey.UNTRUSTED))
-
-    @property
-    def stop(self) -> StopReason | None:
-        value = self._get(DetailKey.STOP)
-        return StopReason(value) if value else None
-
-    @property
-    def same_as_seq(self) -> int | None:
-        return self._number(DetailKey.SAME_AS_SEQ)
-
-    @property
-    def reason(self) -> str | None:
-        return self._text(DetailKey.REASON)
-
-    @property
-    def replaced(self) -> dict[str, str]:
-        """A compaction's shortened results, by seq (as a string)."""
-        return self._object(DetailKey.REPLACED)
-
-    @property
-    def attach_to(self) -> int | None:
-        return self._number(DetailKey.ATTACH_TO)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Fixtures of the memory tests: an agent that has the memory tools."""
+"""Fixtures of the memory tests: an agent that has the memory tools, and one
+remembered item each for alice and bob."""
 
 from __future__ import annotations
 
@@ -21,3 +22,14 @@ def companion(demo: SimpleNamespace) -> Any:
         instructions="You are a helpful assistant with memory.",
         tool_tags=["demo", MEMORY_TAG],
     )
+
+
+@pytest.fixture
+def items(alice: Any, bob: Any) -> dict[str, Any]:
+    """alice's preference (with Chinese text to search for) and bob's secret."""
+    from tests.support.memory import remembered
+
+    return {
+        "alice": remembered(alice, "Alice prefers tea, 绿茶.", "drink"),
+        "bob": remembered(bob, "Bob's bank PIN hint is his dog.", "pin"),
+    }

@@ -16,14 +16,6 @@ from tests.support.memory import remembered
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def items(alice, bob):
-    return {
-        "alice": remembered(alice, "Alice prefers tea, 绿茶.", "drink"),
-        "bob": remembered(bob, "Bob prefers coffee.", "drink"),
-    }
-
-
 def test_a_user_lists_and_searches_their_own_items_only(
     alice, bob, items, api_client_for
 ):
@@ -42,7 +34,7 @@ def test_a_user_lists_and_searches_their_own_items_only(
         "label": "alice",
     }
     assert item["state"] == "live" and item["tainted"] is False
-    assert client.get("/api/memories/?q=coffee").json() == []
+    assert client.get("/api/memories/?q=dog").json() == []
     assert [i["id"] for i in client.get("/api/memories/?q=绿茶").json()] == [
         str(items["alice"].pk)
     ]
@@ -55,7 +47,7 @@ def test_another_users_item_is_not_found_for_every_method(alice, items, api_clie
     assert client.patch(url, {"text": "mine now"}, format="json").status_code == 404
     assert client.delete(url).status_code == 404
     items["bob"].refresh_from_db()
-    assert items["bob"].text == "Bob prefers coffee."
+    assert items["bob"].text == "Bob's bank PIN hint is his dog."
 
 
 def test_anonymous_callers_get_401(items, client):

@@ -14,19 +14,11 @@ from tests.support.runs import start
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def items(alice, bob):
-    return {
-        "alice": remembered(alice, "Alice prefers tea.", "drink"),
-        "bob": remembered(bob, "Bob's bank PIN hint is his dog.", "pin"),
-    }
-
-
 def test_the_page_lists_the_users_own_items_only(alice, bob, items):
     page = logged_in(alice).get("/memory/")
     assert page.status_code == 200
     html = page.content.decode()
-    assert "Alice prefers tea." in html and "(by hand)" in html
+    assert "Alice prefers tea, 绿茶." in html and "(by hand)" in html
     assert "dog" not in html
     assert (
         "Bob" not in logged_in(alice).get("/memory/?history=1&q=dog").content.decode()
@@ -49,11 +41,11 @@ def test_search_ranks_and_the_history_shows_superseded_items(alice, items):
     remembered(alice, "Alice prefers coffee now.", "Drink")
     client = logged_in(alice)
     html = client.get("/memory/?q=coffee").content.decode()
-    assert "Alice prefers coffee now." in html and "Alice prefers tea." not in html
+    assert "Alice prefers coffee now." in html and "Alice prefers tea" not in html
     html = client.get("/memory/").content.decode()
-    assert "Alice prefers tea." not in html and "show history" in html
+    assert "Alice prefers tea" not in html and "show history" in html
     html = client.get("/memory/?history=1").content.decode()
-    assert "Alice prefers tea." in html and "Superseded by" in html
+    assert "Alice prefers tea, 绿茶." in html and "Superseded by" in html
 
 
 def test_edit_and_expiry_through_the_page(alice, items):
@@ -93,7 +85,7 @@ def test_bob_cannot_change_or_delete_alices_items(bob, items):
     item = items["alice"]
     assert client.post(f"/memory/{item.pk}/edit/", {"text": "x"}).status_code == 404
     assert client.post(f"/memory/{item.pk}/delete/").status_code == 404
-    assert MemoryItem.objects.filter(pk=item.pk, text="Alice prefers tea.").exists()
+    assert MemoryItem.objects.get(pk=item.pk).text == "Alice prefers tea, 绿茶."
 
 
 def test_a_tainted_item_shows_its_taint_and_links_to_the_run_that_wrote_it(alice, demo):
