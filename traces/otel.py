@@ -63,7 +63,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from approvals.models import ApprovalRequest
-from engine.spec import DetailKey, StepKind, StepStatus, TaskStatus
+from engine.spec import AgentSnapshot, DetailKey, StepKind, StepStatus, TaskStatus
 from infra.runtime import redactor
 from registry.models import Tool
 from runs.models import Step, Task
@@ -194,16 +194,14 @@ def plan_trace(task: Task, *, content: bool | None = None) -> PlannedTrace | Non
         .select_related("decided_by", "step")
         .order_by("requested_at")
     )
-    definitions = {
-        str(d.get("name")): d for d in (task.agent_snapshot or {}).get("tools") or []
-    }
-    root = _agent_span(task, steps, with_content)
+    snapshot = AgentSnapshot.from_json(task.agent_snapshot)
+    root = _agent_span(task, snapshot, steps, with_content)
     children: list[PlannedSpan] = []
     for step in steps:
         if step.kind == StepKind.MODEL_CALL:
             span = _chat_span(task, step, root, with_content)
         elif step.kind == StepKind.TOOL_CALL:
-            span = _tool_span(task, step, root, definitions, with_content)
+            span = _tool_span(task, step, root, snapshot, with_content)
         else:
             # Notes and compactions are the engine's bookkeeping, not operations.
             span = None
@@ -215,9 +213,10 @@ def plan_trace(task: Task, *, content: bool | None = None) -> PlannedTrace | Non
     return PlannedTrace(trace_id=task.pk.int, spans=(root, *children))
 
 
-def _agent_span(task: Task, steps: Sequence[Step], content: bool) -> PlannedSpan:
-    snapshot = task.agent_snapshot or {}
-    agent = str(snapshot.get("name") or task.agent.name)
+def _agent_span(
+    task: Task, snapshot: AgentSnapshot, steps: Sequence[Step], content: bool
+) -> PlannedSpan:
+    agent = snapshot.name or task.agent.name
     attributes: dict[str, AttributeValue] = {
         Attr.OPERATION_NAME: Operation.INVOKE_AGENT.value,
         Attr.PROVIDER_NAME: PROVIDER_NAME,
@@ -247,7 +246,7 @@ def _agent_span(task: Task, steps: Sequence[Step], content: bool) -> PlannedSpan
                     }
                 ]
             )
-        instructions = str(snapshot.get("instructions") or "")
+        instructions = snapshot.instructions
         if instructions:
             attributes[Attr.SYSTEM_INSTRUCTIONS] = _json(
                 [{"type": "text", "content": instructions}]
@@ -372,14 +371,14 @@ def _tool_span(
     task: Task,
     step: Step,
     root: PlannedSpan,
-    definitions: Mapping[str, Mapping[str, Any]],
+    snapshot: AgentSnapshot,
     content: bool,
 ) -> PlannedSpan | None:
     times = _times(step)
     if times is None:
         return None
     tool = step.tool or ""
-    definition = definitions.get(tool) or {}
+    definition = snapshot.tool(tool) or {}
     attributes: dict[str, AttributeValue] = {
         Attr.OPERATION_NAME: Operation.EXECUTE_TOOL.value,
         Attr.TOOL_NAME: tool,
