@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, get_origin, get_type_hints, overload
 
 T = TypeVar("T")
 
@@ -315,31 +315,76 @@ class ToolSpec:
 
     @classmethod
     def from_definition(cls, definition: Mapping[str, Any]) -> ToolSpec:
-        """The spec of a tool definition as recorded (API.md "Tool definitions")."""
-        return cls(
-            name=definition["name"],
-            description=definition.get("description", ""),
-            parameters=definition.get("parameters") or {"type": "object"},
-            kind=definition.get("kind", "python"),
-            risk=Risk(definition.get("risk", "read_only")),
-            approval=ApprovalMode(definition.get("approval", "never")),
-            approval_rule=definition.get("approval_rule"),
-            approvals_required=int(definition.get("approvals_required", 1)),
-            approval_ttl_s=int(definition.get("approval_ttl_s", 3600)),
-            untrusted_output=bool(definition.get("untrusted_output", False)),
-            idempotent=bool(definition.get("idempotent", False)),
-            timeout_s=float(definition.get("timeout_s", 10.0)),
-            max_retries=int(definition.get("max_retries", 0)),
-            max_result_chars=int(definition.get("max_result_chars", 4000)),
-            result_fields=tuple(definition.get("result_fields") or ()),
-            cache_ttl_s=int(definition.get("cache_ttl_s", 0)),
-            rate_limit_per_min=int(definition.get("rate_limit_per_min", 0)),
-            max_calls_per_run=int(definition.get("max_calls_per_run") or 0),
-            preview_template=definition.get("preview_template") or "",
-            tags=tuple(definition.get("tags") or ()),
-            version=int(definition.get("version", 1)),
-            leaves_house=bool(definition.get("leaves_house", False)),
-        )
+        """The spec of a tool definition as recorded (API.md "Tool definitions").
+
+        Every field is read by its type (:data:`_TOOL_READERS`); an absent key
+        takes the field's default (no description; parameters: any object), and
+        so does an empty value of the fields in :data:`_TOOL_EMPTY_IS_DEFAULT`.
+        A value that its type cannot read raises.
+        """
+        values: dict[str, Any] = {
+            "name": definition["name"],
+            # The two fields with no default of their own.
+            "description": "",
+            "parameters": {"type": "object"},
+        }
+        for name, read in _TOOL_READERS.items():
+            if name in definition:
+                value = definition[name]
+                if value or name not in _TOOL_EMPTY_IS_DEFAULT:
+                    values[name] = read(value)
+        return cls(**values)
+
+    @staticmethod
+    def json_types() -> dict[str, tuple[type, ...]]:
+        """What each field of a definition may be in JSON (for validating input)."""
+        return dict(_TOOL_JSON_TYPES)
+
+
+def _tool_field_rules() -> tuple[
+    dict[str, Callable[[Any], Any]], dict[str, tuple[type, ...]]
+]:
+    """The reader and the JSON types of each ToolSpec field, from its annotation."""
+    readers: dict[str, Callable[[Any], Any]] = {}
+    types: dict[str, tuple[type, ...]] = {}
+    hints = get_type_hints(ToolSpec)
+    for spec_field in fields(ToolSpec):
+        hint = hints[spec_field.name]
+        read: Callable[[Any], Any]
+        json: tuple[type, ...]
+        if isinstance(hint, type) and issubclass(hint, StrEnum):
+            read, json = hint, (str,)
+        elif hint is bool:
+            read, json = bool, (bool,)
+        elif hint is int:
+            read, json = int, (int,)
+        elif hint is float:
+            read, json = float, (int, float)
+        elif hint is str:
+            read, json = _same, (str,)
+        elif hint == str | None:
+            read, json = _same, (str, type(None))
+        elif get_origin(hint) is tuple:
+            read, json = tuple, (list,)
+        elif get_origin(hint) is Mapping:
+            read, json = _same, (dict,)
+        else:  # pragma: no cover - a new kind of field must say how it is read
+            raise TypeError(f"ToolSpec.{spec_field.name}: no reader for {hint!r}")
+        if spec_field.name != "name":
+            readers[spec_field.name] = read
+        types[spec_field.name] = json
+    return readers, types
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_TOOL_READERS, _TOOL_JSON_TYPES = _tool_field_rules()
+#: Fields whose empty value (null, "", [], {}) in a definition means the default.
+_TOOL_EMPTY_IS_DEFAULT = frozenset(
+    {"parameters", "result_fields", "max_calls_per_run", "preview_template", "tags"}
+)
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import fields
 from enum import StrEnum
 from typing import Any
 
+from engine.spec import ToolSpec
 from registry.models import Tool
 
 
@@ -22,10 +24,8 @@ class ToolSection(StrEnum):
     EXECUTION = "Execution"
 
 
-#: The public fields of a tool definition (API.md), in the order its JSON lists
-#: them, each with its section. Every other list of a tool's fields (the admin's
-#: fieldsets, the API schema, versioning) is derived from this one.
-TOOL_FIELD_SECTIONS: dict[str, ToolSection] = {
+#: The section of each public field of a tool definition.
+_SECTION_OF: dict[str, ToolSection] = {
     "name": ToolSection.METADATA,
     "description": ToolSection.METADATA,
     "parameters": ToolSection.METADATA,
@@ -48,7 +48,20 @@ TOOL_FIELD_SECTIONS: dict[str, ToolSection] = {
     "tags": ToolSection.METADATA,
     "enabled": ToolSection.POLICY,
 }
-TOOL_FIELDS = tuple(TOOL_FIELD_SECTIONS)
+#: ToolSpec's fields that a definition sent to the API does not set: the server
+#: counts the version and works out whether the tool leaves the house.
+_SERVER_KEPT = frozenset({"version", "leaves_house"})
+#: The public fields of a tool definition (API.md), in the order its JSON lists
+#: them: ToolSpec's (the one description of a tool), then ``enabled``. Every other
+#: list of a tool's fields (the admin's fieldsets, the API schema, the types a
+#: definition is checked against, versioning) is derived from this one.
+TOOL_FIELDS: tuple[str, ...] = (
+    *(f.name for f in fields(ToolSpec) if f.name not in _SERVER_KEPT),
+    "enabled",
+)
+TOOL_FIELD_SECTIONS: dict[str, ToolSection] = {
+    name: _SECTION_OF[name] for name in TOOL_FIELDS
+}
 #: What a definition sent to the API must give; the rest default as the model's.
 TOOL_REQUIRED_FIELDS = ("name", "description", "parameters", "kind")
 #: The implementation behind a definition (which apply depends on ``kind``).

@@ -27,7 +27,7 @@ from registry.adapters.http import http_handler, http_settings_errors, leaves_ho
 from registry.handlers import get_handler, handler_names
 from registry.models import Agent, MCPServer, Tool, ToolVersion
 from registry.models import ModelPrice as PriceRow
-from registry.payloads import TOOL_FIELDS, tool_definition
+from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS, tool_definition
 
 #: Fields whose change makes a new version: the public definition (API.md) and
 #: the implementation behind it.
@@ -319,32 +319,11 @@ def toolbox_for_snapshot(snapshot: AgentSnapshot | Mapping[str, Any]) -> Toolbox
     return Toolbox(specs=specs, handlers=handlers)
 
 
+#: What each field of a definition may be in JSON: the spec's fields as
+#: ToolSpec types them, ``enabled``, and the implementation fields that apply.
 _DEFINITION_TYPES: dict[str, tuple[type, ...]] = {
-    "name": (str,),
-    "description": (str,),
-    "parameters": (dict,),
-    "kind": (str,),
-    "risk": (str,),
-    "approval": (str,),
-    "approval_rule": (str, type(None)),
-    "approvals_required": (int,),
-    "approval_ttl_s": (int,),
-    "untrusted_output": (bool,),
-    "idempotent": (bool,),
-    "timeout_s": (int, float),
-    "max_retries": (int,),
-    "max_result_chars": (int,),
-    "result_fields": (list,),
-    "cache_ttl_s": (int,),
-    "rate_limit_per_min": (int,),
-    "max_calls_per_run": (int,),
-    "preview_template": (str,),
-    "tags": (list,),
-    "enabled": (bool,),
-    "handler": (str,),
-    "http": (dict,),
-}
-_REQUIRED = ("name", "description", "parameters", "kind")
+    name: {**ToolSpec.json_types(), "enabled": (bool,)}[name] for name in TOOL_FIELDS
+} | {"handler": (str,), "http": (dict,)}
 
 
 def tool_from_definition(data: Mapping[str, Any]) -> Tool:
@@ -354,7 +333,7 @@ def tool_from_definition(data: Mapping[str, Any]) -> Tool:
     Raises ValidationError with errors by field.
     """
     errors: dict[str, list[str]] = {}
-    for name in _REQUIRED:
+    for name in TOOL_REQUIRED_FIELDS:
         if name not in data:
             errors.setdefault(name, []).append("This field is required.")
     for name, value in data.items():

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, fields
+
+import pytest
 
 from engine.spec import (
     AgentSnapshot,
+    ApprovalMode,
     DetailKey,
     ErrorClass,
     Limits,
     Risk,
     StepDetail,
     StopReason,
+    ToolSpec,
 )
 
 TOOLS = [
@@ -144,3 +149,66 @@ def test_error_classes_compare_equal_to_the_strings_stored():
     assert (
         json.dumps({"error_class": ErrorClass.TIMEOUT}) == '{"error_class": "timeout"}'
     )
+
+
+# -- a tool definition read into its spec ---------------------------------------------
+
+
+def test_every_field_of_a_definition_is_read_into_the_spec() -> None:
+    spec = ToolSpec(
+        name="lookup",
+        description="Look one up.",
+        parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+        kind="http",
+        risk=Risk.WRITE,
+        approval=ApprovalMode.RULE,
+        approval_rule="amount > 10",
+        approvals_required=2,
+        approval_ttl_s=60,
+        untrusted_output=True,
+        idempotent=True,
+        timeout_s=2.5,
+        max_retries=3,
+        max_result_chars=100,
+        result_fields=("id",),
+        cache_ttl_s=30,
+        rate_limit_per_min=5,
+        max_calls_per_run=4,
+        preview_template="look up {q}",
+        tags=("demo",),
+        version=7,
+        leaves_house=True,
+    )
+    definition = json.loads(json.dumps(asdict(spec)))
+    assert ToolSpec.from_definition(definition) == spec
+    # Every field differs from its default above, so a field the reader skipped
+    # would come back as its default and fail the comparison.
+    defaults = ToolSpec(name="lookup", description="", parameters={})
+    assert all(
+        getattr(spec, name) != getattr(defaults, name)
+        for name in definition
+        if name != "name"
+    )
+
+
+def test_a_short_definition_takes_the_defaults_and_empty_values_mean_default() -> None:
+    spec = ToolSpec.from_definition(
+        {"name": "x", "parameters": None, "tags": None, "max_calls_per_run": None}
+    )
+    assert spec.description == "" and spec.parameters == {"type": "object"}
+    assert spec.risk is Risk.READ_ONLY and spec.approval is ApprovalMode.NEVER
+    assert spec.tags == () and spec.max_calls_per_run == 0 and spec.timeout_s == 10.0
+
+
+def test_a_value_its_field_cannot_read_raises() -> None:
+    for bad in ({"timeout_s": None}, {"risk": "bogus"}, {"max_retries": "many"}):
+        with pytest.raises((TypeError, ValueError)):
+            ToolSpec.from_definition({"name": "x", **bad})
+
+
+def test_the_json_types_of_a_definition_follow_the_spec() -> None:
+    types = ToolSpec.json_types()
+    assert list(types) == [f.name for f in fields(ToolSpec)]
+    assert types["risk"] == (str,) and types["timeout_s"] == (int, float)
+    assert types["approval_rule"] == (str, type(None))
+    assert types["tags"] == (list,) and types["parameters"] == (dict,)

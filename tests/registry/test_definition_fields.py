@@ -1,0 +1,42 @@
+"""The fields of a tool definition come from ToolSpec, the one description of a
+tool: the API's list, the admin's sections and the types POST checks."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from engine.spec import ToolSpec
+from registry.payloads import TOOL_FIELD_SECTIONS, TOOL_FIELDS, ToolSection
+from registry.services import tool_from_definition
+
+
+def test_the_definition_lists_the_specs_fields_in_order_then_enabled() -> None:
+    kept_by_server = {"version", "leaves_house"}
+    assert (
+        *(f.name for f in fields(ToolSpec) if f.name not in kept_by_server),
+        "enabled",
+    ) == TOOL_FIELDS
+    assert list(TOOL_FIELD_SECTIONS) == list(TOOL_FIELDS)
+    assert set(TOOL_FIELD_SECTIONS.values()) == set(ToolSection)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "name", [n for n in TOOL_FIELDS if n not in {"name", "description", "kind"}]
+)
+def test_every_field_is_type_checked_on_the_way_in(name: str) -> None:
+    definition = {
+        "name": "checked",
+        "description": "A tool.",
+        "parameters": {"type": "object"},
+        "kind": "python",
+        name: object.__name__,  # a string: wrong for every field left
+    }
+    if name in {"approval_rule", "preview_template"}:
+        definition[name] = 12
+    with pytest.raises(ValidationError) as refused:
+        tool_from_definition(definition)
+    assert name in refused.value.message_dict
