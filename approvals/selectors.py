@@ -1,4 +1,5 @@
-"""The approval requests the queue, the API and the live queue show."""
+"""The approval requests the queue, the API and the live queue show, and the
+requests of one task as its trace shows them."""
 
 from __future__ import annotations
 
@@ -16,11 +17,22 @@ def approvals_shown() -> QuerySet[ApprovalRequest]:
     An evaluation's requests are left out everywhere people look: its simulated
     approver decides them (``evals.services``), nobody else.
     """
-    return (
-        ApprovalRequest.objects.filter(task__eval_case__isnull=True)
-        .select_related("task__agent", "requested_by", "decided_by", "step")
-        .prefetch_related("votes__user")
-    )
+    return _loaded(ApprovalRequest.objects.filter(task__eval_case__isnull=True))
+
+
+def task_approvals(task: Any) -> QuerySet[ApprovalRequest]:
+    """Every request of one task, oldest first, loaded as a card shows it.
+
+    Unlike :func:`approvals_shown` it keeps an evaluation's requests: its trace
+    (page, export, OpenTelemetry) shows what its simulated approver decided.
+    """
+    return _loaded(ApprovalRequest.objects.filter(task=task)).order_by("requested_at")
+
+
+def _loaded(requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
+    return requests.select_related(
+        "task__agent", "requested_by", "decided_by", "step"
+    ).prefetch_related("votes__user")
 
 
 def approval_shown(approval_id: Any) -> ApprovalRequest | None:

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from approvals.payloads import approval_payload
+from approvals.selectors import task_approvals
 from audit.models import AuditEvent
 from audit.services import audit_event_payload
 from engine.spec import AgentSnapshot, StepDetail, taint_label
@@ -72,12 +73,7 @@ def trace_document(task: Task) -> dict[str, Any]:
         # Approvals of an imported trace live on as records in its origin.
         approvals = list((task.origin or {}).get("approvals") or [])
     else:
-        approvals = [
-            approval_payload(a)
-            for a in task.approvals.select_related(
-                "task__agent", "requested_by", "decided_by", "step"
-            ).prefetch_related("votes__user")
-        ]
+        approvals = [approval_payload(a) for a in task_approvals(task)]
     task_data = task_payload(task)
     # Extension: what re-running this trace elsewhere needs to decide alike.
     task_data["inherited_taint"] = inherited_taint(task)

@@ -63,6 +63,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from approvals.models import ApprovalRequest
+from approvals.selectors import task_approvals
 from engine.spec import AgentSnapshot, DetailKey, StepKind, StepStatus, TaskStatus
 from infra.runtime import redactor
 from registry.models import Tool
@@ -189,11 +190,7 @@ def plan_trace(task: Task, *, content: bool | None = None) -> PlannedTrace | Non
         return None
     with_content = settings.REACH_OTEL_CAPTURE_CONTENT if content is None else content
     steps = list(task.steps.order_by("seq"))
-    approvals = list(
-        ApprovalRequest.objects.filter(task=task)
-        .select_related("decided_by", "step")
-        .order_by("requested_at")
-    )
+    approvals = list(task_approvals(task))
     snapshot = AgentSnapshot.from_json(task.agent_snapshot)
     root = _agent_span(task, snapshot, steps, with_content)
     children: list[PlannedSpan] = []

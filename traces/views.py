@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from approvals.models import ApprovalDecision, ApprovalRequest
-from approvals.selectors import approvals_shown
+from approvals.selectors import task_approvals
 from engine.canonical import dumps
 from engine.pricing import format_usd, snapshot_price
 from engine.routing import ROUTE_KEY, Route, recorded_route
@@ -451,7 +451,7 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
                 if isinstance(data.get("step"), int):
                     by_step[data["step"]] = info
     else:
-        for approval in approvals_shown().filter(task=task):
+        for approval in task_approvals(task):
             info = _approval_info(approval) | {"step": approval.step.seq}
             approvals.append(info)
             # The action's request first; a later recovery request is in the table.

@@ -16,6 +16,8 @@ from runs.models import Conversation, Task
 from tests.support.clients import logged_in
 from tests.support.runs import advance
 from tests.support.scripted_model import NotesScript
+from traces.export import trace_document
+from traces.otel import plan_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -222,3 +224,19 @@ def test_a_case_left_waiting_is_scored_and_its_task_cancelled(model, operator):
     assert run.observed["note"] == "left waiting for approval"
     assert Task.objects.get(pk=run.task_ids[-1]).status == "cancelled"
     assert report.result["cases"][0]["stop_reasons"] == {"left_waiting": 1}
+
+
+def test_an_eval_runs_trace_shows_the_approvals_its_approver_decided(model, operator):
+    model(NotesScript())
+    report = evals.report_create(suite=evals.suite_upload(TICKET_SUITE), user=operator)
+    drive(report)
+    report.refresh_from_db()
+    task = Task.objects.get(pk=report.result["cases"][0]["tasks"][0])
+    page = logged_in(operator).get(f"/traces/{task.pk}/").content.decode()
+    # The step's approval box and the table of the trace's approvals.
+    assert 'data-testid="approvals"' in page
+    assert "approval approved" in page
+    [approval] = trace_document(task)["approvals"]
+    assert approval["status"] == "approved"
+    spans = plan_trace(task).spans
+    assert any(s.name.startswith("await_approval") for s in spans)
