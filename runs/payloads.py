@@ -6,9 +6,13 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from engine.spec import DetailKey
 from registry.payloads import iso
 from runs.models import Conversation, Step, Task
 
+#: A step's keys: API.md's, in its order, then the extensions (API.md allows
+#: new fields), then the step's cost. ``step_payload`` and the API schema list
+#: these and only these.
 STEP_KEYS = (
     "seq",
     "rev",
@@ -31,44 +35,29 @@ STEP_KEYS = (
     "started_at",
     "finished_at",
     "duration_ms",
+    # Extensions.
+    "error_class",
+    "tool_version",
+    "parent_seq",
+    "call_index",
+    "detail",
+    # USD at the run's price; null when unknown (no price) or no model call.
     "cost_usd",
 )
 
 
 def step_payload(step: Step) -> dict[str, Any]:
     """A step exactly as API.md lists it (every key present), plus extras."""
-    tool_step = step.kind == Step.Kind.TOOL_CALL
-    return {
-        "seq": step.seq,
-        "rev": step.rev,
-        "kind": step.kind,
-        "status": step.status,
-        "tool": step.tool,
-        "call_id": step.call_id,
-        "arguments": step.arguments,
-        "raw_arguments": step.raw_arguments,
-        "proposed_arguments": step.proposed_arguments,
-        "result": step.result,
-        "error": step.error,
-        "attempts": step.attempts or None,
-        "model": step.model,
-        "request_id": step.request_id,
-        "response": step.response,
-        "usage": step.usage,
-        "idempotency_key": step.idempotency_key,
-        "tainted_by": list(step.tainted_by or []) if tool_step else None,
-        "started_at": iso(step.started_at),
-        "finished_at": iso(step.finished_at),
-        "duration_ms": step.duration_ms,
-        # Extensions (API.md allows new fields).
-        "error_class": step.error_class,
-        "tool_version": step.tool_version,
-        "parent_seq": step.parent_seq,
-        "call_index": step.call_index,
-        "detail": _public_detail(step.detail or {}),
-        # USD at the run's price; null when unknown (no price) or no model call.
-        "cost_usd": usd(step.cost_usd),
-    }
+    data = {key: getattr(step, key) for key in STEP_KEYS}
+    data["attempts"] = step.attempts or None
+    data["tainted_by"] = (
+        list(step.tainted_by or []) if step.kind == Step.Kind.TOOL_CALL else None
+    )
+    data["started_at"] = iso(step.started_at)
+    data["finished_at"] = iso(step.finished_at)
+    data["detail"] = _public_detail(step.detail or {})
+    data["cost_usd"] = usd(step.cost_usd)
+    return data
 
 
 def usd(value: float | None) -> float | None:
@@ -77,7 +66,7 @@ def usd(value: float | None) -> float | None:
 
 
 def _public_detail(detail: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in detail.items() if k != "signature"}
+    return {k: v for k, v in detail.items() if k != DetailKey.SIGNATURE}
 
 
 #: The columns :func:`task_payload` reads.

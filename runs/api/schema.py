@@ -17,6 +17,7 @@ from engine.planning import TOOL_NAME_RE
 from registry.models import Tool
 from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS
 from runs.models import Message, Step, Task
+from runs.payloads import STEP_KEYS
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -77,33 +78,31 @@ class TaskSchema(serializers.Serializer):
     )
 
 
-class StepSchema(serializers.Serializer):
-    seq = serializers.IntegerField()
-    rev = serializers.IntegerField()
+class StepSchema(serializers.ModelSerializer):
+    """A step: the keys of ``runs.payloads.STEP_KEYS``, typed as the model types
+    its columns (declared here only where JSON says more)."""
+
     kind = serializers.ChoiceField(Step.Kind.values)
     status = serializers.CharField()
-    tool = serializers.CharField(allow_null=True)
-    call_id = serializers.CharField(allow_null=True)
-    arguments = serializers.JSONField(allow_null=True)
-    raw_arguments = serializers.CharField(allow_null=True)
-    proposed_arguments = serializers.JSONField(allow_null=True)
-    result = serializers.JSONField(allow_null=True)
-    error = serializers.CharField(allow_null=True)
     attempts = serializers.JSONField(allow_null=True)
-    model = serializers.CharField(allow_null=True)
-    request_id = serializers.CharField(allow_null=True)
-    response = serializers.JSONField(allow_null=True)
     usage = UsageSchema(allow_null=True)
-    idempotency_key = serializers.CharField(allow_null=True)
     tainted_by = serializers.ListField(child=serializers.CharField(), allow_null=True)
-    started_at = serializers.DateTimeField(allow_null=True)
-    finished_at = serializers.DateTimeField(allow_null=True)
     duration_ms = serializers.FloatField(allow_null=True)
+    detail = serializers.JSONField(
+        help_text="What the engine recorded about the step (notes' text, the "
+        "approval and decision of a parked call, the route of a model call)"
+    )
     cost_usd = serializers.FloatField(
         allow_null=True,
         help_text="A model call's USD at the run's price; null when unknown (no "
         "price) and on other kinds of step",
     )
+
+    class Meta:
+        model = Step
+        fields = STEP_KEYS
+        # Every key is present in every step (API.md), null or not.
+        extra_kwargs = {key: {"required": True} for key in STEP_KEYS}
 
 
 class StepsSchema(serializers.Serializer):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 from rest_framework.test import APIClient
 
+from engine.spec import StepRecord
 from runs import services as runs
-from runs.models import Conversation, Task
+from runs.models import Conversation, Step, Task
+from runs.payloads import STEP_KEYS, step_payload
 from tests.support.clients import import_trace, trace_of
 from tests.support.runs import start
 
@@ -306,6 +310,20 @@ def test_openapi_schema_is_served(alice, api_client_for):
     response = api_client_for(alice).get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/conversations/" in response.content
+
+
+def test_a_step_has_the_same_keys_in_the_payload_the_schema_and_the_record(
+    alice, api_client_for
+):
+    schema = api_client_for(alice).get("/api/schema/?format=json").json()
+    documented = schema["components"]["schemas"]["StepSchema"]
+    assert list(documented["properties"]) == list(STEP_KEYS)
+    assert sorted(documented["required"]) == sorted(STEP_KEYS)
+    step = Step(seq=1, rev=1, kind=Step.Kind.NOTE, status=Step.Status.SUCCEEDED)
+    assert list(step_payload(step)) == list(STEP_KEYS)
+    # Every field the engine records is in the payload (and nothing else but the
+    # derived duration): a new field of StepRecord fails here until it is.
+    assert set(STEP_KEYS) == {f.name for f in fields(StepRecord)} | {"duration_ms"}
 
 
 def test_conversation_model_is_not_shared(alice, bob, demo):
