@@ -179,6 +179,11 @@ class AgentSchema(serializers.Serializer):
     tools = serializers.ListField(child=serializers.CharField())
 
 
+class MCPToolSchema(serializers.Serializer):
+    server = serializers.CharField(allow_null=True)
+    tool = serializers.CharField()
+
+
 class ToolSchema(serializers.ModelSerializer):
     """A tool definition: the fields of ``registry.payloads.TOOL_FIELDS``, typed as
     the model types them (declared here only where JSON says more)."""
@@ -186,10 +191,14 @@ class ToolSchema(serializers.ModelSerializer):
     name = serializers.RegexField(TOOL_NAME_RE.pattern)
     result_fields = serializers.ListField(child=serializers.CharField(), required=False)
     tags = serializers.ListField(child=serializers.CharField(), required=False)
+    mcp = MCPToolSchema(
+        required=False, help_text="kind mcp: the registered server and its tool"
+    )
 
     class Meta:
         model = Tool
-        fields = (*TOOL_FIELDS, "http", "version")
+        # Then the implementation, by kind (python: handler; http; mcp).
+        fields = (*TOOL_FIELDS, "handler", "http", "mcp", "version")
         read_only_fields = ("version",)
         extra_kwargs = {
             name: {"required": name in TOOL_REQUIRED_FIELDS} for name in TOOL_FIELDS
@@ -198,6 +207,7 @@ class ToolSchema(serializers.ModelSerializer):
                 "required": True,
                 "help_text": "JSON Schema with an object root",
             },
+            "handler": {"required": False},
             "http": {"required": False},
         }
 

@@ -4,12 +4,19 @@ tool: the API's list, the admin's sections and the types POST checks."""
 from __future__ import annotations
 
 from dataclasses import fields
+from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
 
 from engine.spec import ToolSpec
-from registry.payloads import TOOL_FIELD_SECTIONS, TOOL_FIELDS, ToolSection
+from registry.models import MCPServer, Tool
+from registry.payloads import (
+    TOOL_FIELD_SECTIONS,
+    TOOL_FIELDS,
+    ToolSection,
+    tool_definition,
+)
 from registry.services import tool_from_definition
 
 
@@ -40,3 +47,18 @@ def test_every_field_is_type_checked_on_the_way_in(name: str) -> None:
     with pytest.raises(ValidationError) as refused:
         tool_from_definition(definition)
     assert name in refused.value.message_dict
+
+
+@pytest.mark.django_db
+def test_the_api_schema_documents_every_key_a_definition_has(
+    admin_user: object, api_client_for: Any
+) -> None:
+    schema = api_client_for(admin_user).get("/api/schema/?format=json").json()
+    documented = set(schema["components"]["schemas"]["ToolSchema"]["properties"])
+    server = MCPServer.objects.create(name="files", transport="stdio", command=["true"])
+    for tool in (
+        Tool(name="py", kind=Tool.Kind.PYTHON, handler="calculate"),
+        Tool(name="web", kind=Tool.Kind.HTTP, http={"url": "http://127.0.0.1/"}),
+        Tool(name="remote", kind=Tool.Kind.MCP, mcp_server=server, mcp_tool="read"),
+    ):
+        assert set(tool_definition(tool)) <= documented, tool.kind
