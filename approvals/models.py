@@ -6,19 +6,20 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from engine.spec import HumanDecision
 from infra.rows import optional_user, uuid_id
 
 
 class ApprovalDecision(models.TextChoices):
     """What an approver may decide; the label is how steps and the history show it."""
 
-    APPROVE = "approve", "approved"
-    REJECT = "reject", "rejected"
+    APPROVE = HumanDecision.APPROVE.value, "approved"
+    REJECT = HumanDecision.REJECT.value, "rejected"
     # Recovery requests only: the operator checked that the call happened.
-    MARK_DONE = "mark_done", "marked done"
+    MARK_DONE = HumanDecision.MARK_DONE.value, "marked done"
     # Recovery requests only: run the call again (``approve`` on a recovery
     # request means the same and is recorded as this).
-    RETRY = "retry", "retried"
+    RETRY = HumanDecision.RETRY.value, "retried"
 
 
 class ApprovalRequest(models.Model):

@@ -27,9 +27,13 @@ from engine.planning import (
 )
 from engine.spec import (
     AgentSnapshot,
+    ApprovalRecord,
     Decision,
+    DecisionRecord,
     DetailKey,
     ErrorClass,
+    HumanDecision,
+    Risk,
     StepDetail,
     StepStatus,
     ToolSpec,
@@ -65,9 +69,11 @@ def approval_create(
     *, task: Task, step: Step, recovery: bool = False
 ) -> ApprovalRequest:
     """Park ``step``: create its request (inside the caller's transaction)."""
-    info = StepDetail(step.detail).approval
+    # What planning recorded; an older or imported step may lack it, and then
+    # the tool's definition fills in (an unknown risk counts as a write).
+    info = StepDetail(step.detail).approval or ApprovalRecord()
     spec_def = _tool_definition(task, step.tool or "")
-    ttl = int(info.get("ttl_s") or spec_def.get("approval_ttl_s") or 3600)
+    ttl = int(info.ttl_s or spec_def.get("approval_ttl_s") or 3600)
     now = timezone.now()
     arguments = step.arguments or {}
     approval = ApprovalRequest.objects.create(
@@ -75,20 +81,20 @@ def approval_create(
         task=task,
         step=step,
         tool=step.tool or "",
-        risk=info.get("risk") or spec_def.get("risk", "write"),
+        risk=info.risk or spec_def.get("risk", Risk.WRITE),
         arguments=arguments,
         arguments_hash=canonical_hash(arguments),
-        preview=(
-            info.get("preview") or _preview(spec_def, arguments) or f"{step.tool}(…)"
-        )[:500],
+        preview=(info.preview or _preview(spec_def, arguments) or f"{step.tool}(…)")[
+            :500
+        ],
         reasons=(
             [RECOVERY_REASON]
             if recovery
-            else list(info.get("reasons") or ["the policy asks a human"])
+            else list(info.reasons or ["the policy asks a human"])
         ),
-        tainted_by=info.get("tainted_by") or [],
+        tainted_by=list(info.tainted_by),
         approvals_required=int(
-            info.get("approvals_required") or spec_def.get("approvals_required") or 1
+            info.approvals_required or spec_def.get("approvals_required") or 1
         ),
         requested_by_id=task.owner_id,
         requested_at=now,
@@ -351,7 +357,7 @@ def _diff(before: Any, after: Any) -> dict[str, Any]:
 def _apply_to_step(
     task: Task,
     approval: ApprovalRequest,
-    decision: str,
+    decision: ApprovalDecision,
     arguments: dict[str, Any],
     user: Any,
     reason: str,
@@ -360,24 +366,23 @@ def _apply_to_step(
     step = Step.objects.select_for_update().get(pk=approval.step_id)
     detail = dict(step.detail or {})
     edited = False
-    if decision == "approve" and canonical_hash(arguments) != canonical_hash(
-        step.arguments
-    ):
+    approve = decision is ApprovalDecision.APPROVE
+    if approve and canonical_hash(arguments) != canonical_hash(step.arguments):
         # What runs is what was approved: the step carries the approved object.
         if step.proposed_arguments is None:
             step.proposed_arguments = step.arguments
         step.arguments = arguments
         edited = True
-    detail[DetailKey.DECISION] = {
-        "decision": decision,
-        "by": user.get_username(),
-        "at": timezone.now().isoformat(),
-        "reason": reason or None,
-        "edited": edited or step.proposed_arguments is not None,
-        "approval": str(approval.pk),
-        "recovery": approval.kind == ApprovalRequest.Kind.RECOVERY,
-    }
-    if decision == "approve":
+    detail[DetailKey.DECISION] = DecisionRecord(
+        decision=HumanDecision(decision),
+        by=user.get_username(),
+        at=timezone.now().isoformat(),
+        reason=reason or None,
+        edited=edited or step.proposed_arguments is not None,
+        approval=str(approval.pk),
+        recovery=approval.kind == ApprovalRequest.Kind.RECOVERY,
+    ).to_json()
+    if approve:
         # The engine refuses to run anything whose hash differs from this one.
         detail[DetailKey.APPROVED_HASH] = canonical_hash(step.arguments)
         step.status = StepStatus.APPROVED
@@ -386,7 +391,7 @@ def _apply_to_step(
             step.started_at = None
             step.error = None
             step.error_class = None
-    elif decision == "mark_done":
+    elif decision is ApprovalDecision.MARK_DONE:
         step.status = StepStatus.SUCCEEDED
         step.result = {
             "status": "done",

@@ -131,7 +131,8 @@ def observation(step: StepRecord, max_chars: int, notes: Sequence[str] = ()) -> 
         )
     if status is StepStatus.REJECTED:
         reason = step.detail.get(DetailKey.REASON) or "no reason given"
-        if StepDetail(step.detail).decision.get("recovery"):
+        decision = StepDetail(step.detail).decision
+        if decision is not None and decision.recovery:
             # The call was interrupted by a crash: it may or may not have happened.
             return dumps(
                 {

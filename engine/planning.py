@@ -33,6 +33,7 @@ from .safe_eval import EvaluationError, evaluate_rule
 from .spec import (
     PLANNING_FAILURES,
     ApprovalMode,
+    ApprovalRecord,
     Decision,
     DetailKey,
     ErrorClass,
@@ -544,15 +545,15 @@ class Planner:
         )
         if policy.decision is Decision.APPROVE:
             step.status = StepStatus.WAITING_APPROVAL
-            step.detail[DetailKey.APPROVAL] = {
-                "reasons": list(policy.reasons),
-                "preview": self.redactor.text(render_preview(spec, arguments)),
-                "args_hash": canonical_hash(arguments),
-                "approvals_required": spec.approvals_required,
-                "ttl_s": spec.approval_ttl_s,
-                "risk": spec.risk.value,
-                "tainted_by": list(policy.tainted_by),
-            }
+            step.detail[DetailKey.APPROVAL] = ApprovalRecord(
+                reasons=tuple(policy.reasons),
+                preview=self.redactor.text(render_preview(spec, arguments)),
+                args_hash=canonical_hash(arguments),
+                approvals_required=spec.approvals_required,
+                ttl_s=spec.approval_ttl_s,
+                risk=spec.risk.value,
+                tainted_by=tuple(policy.tainted_by),
+            ).to_json()
         elif policy.decision is Decision.DENY:
             step.status = StepStatus.DENIED
             step.error = "Policy refused this call: " + "; ".join(policy.reasons)

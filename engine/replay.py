@@ -37,6 +37,7 @@ from .spec import (
     DetailKey,
     ErrorClass,
     Handler,
+    HumanDecision,
     Limits,
     StepDetail,
     StepKind,
@@ -50,12 +51,6 @@ from .spec import (
 
 #: Error classes the engine assigns while planning (the handler never ran).
 PLANNING_ERRORS = PLANNING_FAILURES | {ErrorClass.DENIED}
-
-#: The human decisions recorded on a parked step (``DetailKey.DECISION``), as
-#: approvals writes them.
-_APPROVE = "approve"
-_MARK_DONE = "mark_done"
-
 
 # -- the recorded world ----------
 
@@ -353,22 +348,28 @@ def replay_decisions(
             return False
         decision = StepDetail(original.detail).decision
         detail = (
-            {**step.detail, DetailKey.DECISION: decision} if decision else step.detail
+            # The record as it was written, unknown keys included.
+            {**step.detail, DetailKey.DECISION: original.detail[DetailKey.DECISION]}
+            if decision
+            else step.detail
         )
-        if decision.get("decision") == _APPROVE:
+        human = decision.decision if decision else None
+        if human is HumanDecision.APPROVE:
             arguments = step.arguments
             changes: dict[str, Any] = {}
-            if decision.get("edited") and original.proposed_arguments is not None:
+            if decision and decision.edited and original.proposed_arguments is not None:
                 arguments = original.arguments
                 changes = {"arguments": arguments, "proposed_arguments": step.arguments}
             detail = {**detail, DetailKey.APPROVED_HASH: canonical_hash(arguments)}
             journal.decide(step.seq, StepStatus.APPROVED, detail=detail, **changes)
-        elif decision.get("decision") == _MARK_DONE:
+        elif human is HumanDecision.MARK_DONE:
             journal.decide(
                 step.seq, StepStatus.SUCCEEDED, result=original.result, detail=detail
             )
         elif original.status is StepStatus.REJECTED:
-            reason = original.detail.get(DetailKey.REASON) or decision.get("reason")
+            reason = StepDetail(original.detail).reason or (
+                decision.reason if decision else None
+            )
             journal.decide(
                 step.seq,
                 StepStatus.REJECTED,

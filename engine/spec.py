@@ -214,6 +214,118 @@ def _stop(value: Any) -> StopReason | None:
     return StopReason(value) if value else None
 
 
+class HumanDecision(StrEnum):
+    """What a person decided on a parked call, as its step records it."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    # Recovery requests only: the operator checked that the call happened.
+    MARK_DONE = "mark_done"
+    # Recovery requests only: run the call again.
+    RETRY = "retry"
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """The human decision on a parked call (a step's ``detail["decision"]``).
+
+    :meth:`from_json` reads what any version wrote; keys it does not know stay
+    in ``extra`` and :meth:`to_json` writes them back as they were.
+    """
+
+    decision: HumanDecision | None
+    by: str | None = None
+    at: str | None = None
+    reason: str | None = None
+    #: The call runs with arguments the approver changed.
+    edited: bool = False
+    #: The approval request decided (its id).
+    approval: str | None = None
+    #: Decided on a recovery request (an interrupted call), not on the action.
+    recovery: bool = False
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> DecisionRecord | None:
+        if not isinstance(data, Mapping) or not data:
+            return None
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(
+            decision=_human_decision(data.get("decision")),
+            by=_text(data.get("by")),
+            at=_text(data.get("at")),
+            reason=_text(data.get("reason")),
+            edited=bool(data.get("edited")),
+            approval=_text(data.get("approval")),
+            recovery=bool(data.get("recovery")),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **dict(self.extra),
+            "decision": self.decision.value if self.decision else None,
+            "by": self.by,
+            "at": self.at,
+            "reason": self.reason,
+            "edited": self.edited,
+            "approval": self.approval,
+            "recovery": self.recovery,
+        }
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """Why a call waits for people and what its card shows (a step's
+    ``detail["approval"]``, written by planning when the policy asks a human)."""
+
+    reasons: tuple[str, ...] = ()
+    #: The card's one-line summary of the call (redacted).
+    preview: str | None = None
+    #: The canonical hash of the arguments as proposed.
+    args_hash: str | None = None
+    approvals_required: int | None = None
+    ttl_s: int | None = None
+    risk: str | None = None
+    tainted_by: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ApprovalRecord | None:
+        if not isinstance(data, Mapping):
+            return None
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(
+            reasons=tuple(str(r) for r in data.get("reasons") or ()),
+            preview=_text(data.get("preview")),
+            args_hash=_text(data.get("args_hash")),
+            approvals_required=_number(data.get("approvals_required")),
+            ttl_s=_number(data.get("ttl_s")),
+            risk=_text(data.get("risk")),
+            tainted_by=tuple(str(t) for t in data.get("tainted_by") or ()),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **dict(self.extra),
+            "reasons": list(self.reasons),
+            "preview": self.preview,
+            "args_hash": self.args_hash,
+            "approvals_required": self.approvals_required,
+            "ttl_s": self.ttl_s,
+            "risk": self.risk,
+            "tainted_by": list(self.tainted_by),
+        }
+
+
+def _human_decision(value: Any) -> HumanDecision | None:
+    try:
+        return HumanDecision(value)
+    except ValueError:
+        return None
+
+
 class _Key(Generic[T]):
     """One typed read of a :class:`StepDetail` key: ``detail.<name>``."""
 
@@ -245,11 +357,12 @@ class StepDetail:
     data: Mapping[str, Any] | None
 
     signature = _Key(DetailKey.SIGNATURE, _text)
-    #: What the policy recorded for the approval card.
-    approval = _Key(DetailKey.APPROVAL, _object)
+    #: What the policy recorded for the approval card (None: the call never
+    #: waited for approval).
+    approval = _Key(DetailKey.APPROVAL, ApprovalRecord.from_json)
     approved_hash = _Key(DetailKey.APPROVED_HASH, _text)
-    #: The human decision on the call.
-    decision = _Key(DetailKey.DECISION, _object)
+    #: The human decision on the call (None: nobody decided).
+    decision = _Key(DetailKey.DECISION, DecisionRecord.from_json)
     untrusted = _Key(DetailKey.UNTRUSTED, bool)
     stop = _Key(DetailKey.STOP, _stop)
     same_as_seq = _Key(DetailKey.SAME_AS_SEQ, _number)
@@ -257,6 +370,9 @@ class StepDetail:
     #: A compaction's shortened results, by seq (as a string).
     replaced = _Key(DetailKey.REPLACED, _object)
     attach_to = _Key(DetailKey.ATTACH_TO, _number)
+    finish_reason = _Key(DetailKey.FINISH_REASON, _text)
+    #: A forked step's origin: ``{"task": id, "seq": n}``.
+    copied_from = _Key(DetailKey.COPIED_FROM, _object)
 
     @property
     def waited_for_approval(self) -> bool:

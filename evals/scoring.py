@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.evaluation import Call, Expect, Observed, RunScore, score_run
-from engine.spec import StepDetail, StepKind, StepStatus
+from engine.spec import HumanDecision, StepDetail, StepKind, StepStatus
 from runs.models import Step, Task
 from traces.stats import percentile
 
 #: The decisions by which a human let a call run.
-_APPROVED = {"approve", "retry"}
+_APPROVED = {HumanDecision.APPROVE, HumanDecision.RETRY}
 #: A tool step whose stand-in ran (its result reached the model).
 _RAN = {StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.CACHED}
 
@@ -33,7 +33,8 @@ def observe(tasks: Sequence[Task], *, note: str = "") -> dict[str, Any]:
         if step.kind == StepKind.MODEL_CALL:
             model_calls += 1
         elif step.kind == StepKind.TOOL_CALL and step.tool:
-            decision = StepDetail(step.detail).decision.get("decision")
+            record = StepDetail(step.detail).decision
+            decision = record.decision if record else None
             calls.append(
                 {
                     "tool": step.tool,

@@ -20,7 +20,7 @@ from django.utils import timezone
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from engine.spec import Risk
+from engine.spec import ApprovalMode, Risk
 from gateway.services import (
     CallOutcome,
     GatewayError,
@@ -66,7 +66,9 @@ def mcp_tool(definition: dict[str, Any]) -> types.Tool:
         ),
         _meta={
             "agent-reach/risk": risk,
-            "agent-reach/approval": str(definition.get("approval") or "never"),
+            "agent-reach/approval": str(
+                definition.get("approval") or ApprovalMode.NEVER
+            ),
         },
     )
 

@@ -23,7 +23,8 @@ from engine.canonical import dumps
 from engine.spec import (
     FINAL_TASK_STATUSES,
     AgentSnapshot,
-    DetailKey,
+    DecisionRecord,
+    StepDetail,
     StepKind,
     StepStatus,
     TaskStatus,
@@ -182,14 +183,15 @@ def gateway_call_outcome(*, task_id: Any) -> CallOutcome:
     if step.status in _ANSWERED:
         return _outcome(task, dumps(step.result), is_error=False, result=step.result)
     if step.status == StepStatus.REJECTED:
-        decision = detail.get(DetailKey.DECISION) or {}
-        reason = detail.get(DetailKey.REASON) or decision.get("reason") or ""
-        who = decision.get("by")
+        read = StepDetail(detail)
+        decision = read.decision or DecisionRecord(decision=None)
+        reason = read.reason or decision.reason or ""
+        who = decision.by
         text = f"Rejected by {who}" if who else "Rejected"
         return _outcome(
             task,
             f"{text}: {reason}" if reason else f"{text}.",
-            approval_id=decision.get("approval"),
+            approval_id=decision.approval,
         )
     if step.status == StepStatus.EXPIRED:
         return _outcome(

@@ -20,6 +20,7 @@ from django.db import connection
 from engine.execution import Executor
 from engine.model_client import ModelError, OpenAIModelClient
 from engine.redaction import Redactor
+from engine.spec import ErrorClass
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -93,7 +94,7 @@ def model_client() -> OpenAIModelClient:
                 raise ModelError(
                     "No model endpoint is configured: set OPENAI_BASE_URL, or start "
                     "the local model with `make up`.",
-                    kind="connection",
+                    kind=ErrorClass.CONNECTION,
                     attempts=[],
                 )
             _model_client = OpenAIModelClient(

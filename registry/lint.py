@@ -210,7 +210,7 @@ def lint_tool(tool: Any) -> list[LintWarning]:
     name = str(_field(tool, "name", "") or "")
     description = str(_field(tool, "description", "") or "").strip()
     parameters = _field(tool, "parameters") or {}
-    risk = str(_field(tool, "risk", "read_only") or "read_only")
+    risk = str(_field(tool, "risk", Tool.Risk.READ_ONLY) or Tool.Risk.READ_ONLY)
     warnings: list[LintWarning] = []
 
     def warn(rule: Rule, message: str) -> None:

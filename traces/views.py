@@ -18,12 +18,18 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from approvals.models import ApprovalDecision, ApprovalRequest
+from approvals.models import ApprovalRequest
 from approvals.selectors import task_approvals
 from engine.canonical import dumps
 from engine.pricing import format_usd, snapshot_price
-from engine.routing import ROUTE_KEY, Route, recorded_route
-from engine.spec import AgentSnapshot
+from engine.routing import ROUTE_KEY, Route, RouteBy, recorded_route
+from engine.spec import (
+    AgentSnapshot,
+    DetailKey,
+    HumanDecision,
+    StepDetail,
+    StepKind,
+)
 from registry.models import Agent
 from runs.models import Message, Step, Task
 from runs.permissions import can_audit
@@ -195,12 +201,13 @@ def _facts(step: Step) -> list[tuple[str, str]]:
             ("tokens", tokens),
             ("cost", format_usd(step.cost_usd)),
         ]
-        route = (step.detail or {}).get("route")
-        if isinstance(route, dict):
-            chooser = "the model" if route.get("by") == "model" else route.get("by")
-            facts.append(("route", f"{route.get('intent')} (chosen by {chooser})"))
-        if (step.detail or {}).get("finish_reason"):
-            facts.append(("finish reason", str(step.detail["finish_reason"])))
+        route = Route.from_json((step.detail or {}).get(DetailKey.ROUTE))
+        if route is not None:
+            chooser = "the model" if route.by is RouteBy.MODEL else route.by.value
+            facts.append(("route", f"{route.intent} (chosen by {chooser})"))
+        finish = StepDetail(step.detail).finish_reason
+        if finish:
+            facts.append(("finish reason", finish))
     elif step.kind == Step.Kind.TOOL_CALL:
         facts += [
             ("decision", policy_decision(step.record()) or "—"),
@@ -355,14 +362,14 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
         planned = (parent.finished_at if parent else None) or step.started_at
         final_at = step.finished_at or step.started_at or planned
         detail = step.detail or {}
-        waited = "approval" in detail
+        waited = StepDetail(detail).waited_for_approval
         if step.started_at is None and not waited:
             # Decided at planning time (denied, invalid, deduplicated, skipped).
-            add(planned, step, _html(step), "tool_call")
+            add(planned, step, _html(step), StepKind.TOOL_CALL)
             continue
         blank = {"result": None, "error": None, "finished_at": None}
         if waited:
-            before = {k: v for k, v in detail.items() if k != "decision"}
+            before = {k: v for k, v in detail.items() if k != DetailKey.DECISION}
             add(
                 planned,
                 step,
@@ -376,19 +383,19 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
                         **blank,
                     )
                 ),
-                "tool_call",
+                StepKind.TOOL_CALL,
             )
-            decision = detail.get("decision") or {}
-            if decision.get("decision") == ApprovalDecision.APPROVE:
+            decision = StepDetail(detail).decision
+            if decision is not None and decision.decision is HumanDecision.APPROVE:
                 add(
-                    _time(decision.get("at")) or step.started_at,
+                    _time(decision.at) or step.started_at,
                     step,
                     _html(
                         _state(
                             step, status=Step.Status.APPROVED, started_at=None, **blank
                         )
                     ),
-                    "tool_call",
+                    StepKind.TOOL_CALL,
                 )
         else:
             add(
@@ -397,9 +404,9 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
                 _html(
                     _state(step, status=Step.Status.RUNNING, started_at=None, **blank)
                 ),
-                "tool_call",
+                StepKind.TOOL_CALL,
             )
-        add(final_at, step, _html(step), "tool_call")
+        add(final_at, step, _html(step), StepKind.TOOL_CALL)
     reply = (
         Message.objects.filter(task=task, role=Message.Role.ASSISTANT)
         .order_by("created_at")
@@ -463,7 +470,7 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
             step=step,
             facts=_facts(step),
             approval=by_step.get(step.seq),
-            copied=detail.get("copied_from"),
+            copied=StepDetail(detail).copied_from,
         )
         if step.kind == Step.Kind.TOOL_CALL and step.arguments is not None:
             row.fork_arguments = dumps(step.arguments)
@@ -585,9 +592,9 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
                 if n
                 or status
                 in (
-                    "approved",
-                    "rejected",
-                    "expired",
+                    ApprovalRequest.Status.APPROVED,
+                    ApprovalRequest.Status.REJECTED,
+                    ApprovalRequest.Status.EXPIRED,
                 )
             ],
             series=["requests"],

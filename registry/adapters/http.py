@@ -63,7 +63,7 @@ from audit.services import audit_append
 from engine.execution import RetryableToolError, ToolError, select_fields
 from engine.json_input import loads_strict
 from engine.redaction import MIN_SECRET_LENGTH
-from engine.spec import CallContext, Handler, Risk
+from engine.spec import CallContext, ErrorClass, Handler, Risk
 from infra.runtime import redactor
 from registry.adapters import ssrf
 from registry.models import Tool
@@ -103,7 +103,7 @@ ABSENT = _Absent()
 class MissingArgument(ToolError):
     """A template needs an argument the model did not send."""
 
-    error_class = "invalid_arguments"
+    error_class = ErrorClass.INVALID_ARGUMENTS
 
     def __init__(self, name: str) -> None:
         super().__init__(

@@ -41,7 +41,7 @@ from django.db import transaction
 from engine.execution import RetryableToolError, ToolError
 from engine.json_input import loads_strict
 from engine.planning import check_parameters_schema, check_tool_name
-from engine.spec import ApprovalMode, CallContext, Handler, Risk
+from engine.spec import ApprovalMode, CallContext, ErrorClass, Handler, Risk
 
 # The module, not its names: registry.services imports this module too.
 from registry import services as registry_services
@@ -76,7 +76,7 @@ class MCPUnavailable(Exception):
 class MCPCallTimeout(ToolError):
     """The server did not answer within the tool's timeout."""
 
-    error_class = "timeout"
+    error_class = ErrorClass.TIMEOUT
 
 
 # -- configuration -----------------------------------------------------------------

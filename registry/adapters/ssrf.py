@@ -52,6 +52,7 @@ import httpcore
 import httpx
 
 from engine.execution import ToolError
+from engine.spec import ErrorClass
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -107,7 +108,7 @@ _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 class Blocked(ToolError):
     """The guard refused a URL or an address (never retried)."""
 
-    error_class = "blocked"
+    error_class = ErrorClass.BLOCKED
 
 
 # -- resolution: the one seam tests replace -----------------------------------------

@@ -10,8 +10,11 @@ import pytest
 from engine.spec import (
     AgentSnapshot,
     ApprovalMode,
+    ApprovalRecord,
+    DecisionRecord,
     DetailKey,
     ErrorClass,
+    HumanDecision,
     Limits,
     Risk,
     StepDetail,
@@ -138,8 +141,8 @@ def test_step_detail_reads_the_control_keys_typed_from_plain_json():
     assert view.signature == "abc"
     assert view.stop is StopReason.REPEATED_CALL
     assert view.same_as_seq == 2 and view.untrusted and view.waited_for_approval
-    assert view.approval == {"reasons": ["irreversible action"]}
-    assert view.decision == {} and view.approved_hash is None
+    assert view.approval == ApprovalRecord(reasons=("irreversible action",))
+    assert view.decision is None and view.approved_hash is None
     empty = StepDetail(None)
     assert empty.stop is None and not empty.untrusted and empty.signature is None
 
@@ -212,3 +215,46 @@ def test_the_json_types_of_a_definition_follow_the_spec() -> None:
     assert types["risk"] == (str,) and types["timeout_s"] == (int, float)
     assert types["approval_rule"] == (str, type(None))
     assert types["tags"] == (list,) and types["parameters"] == (dict,)
+
+
+# -- the records inside a step's detail ------------------------------------------
+
+
+def test_a_decision_record_reads_what_approvals_wrote_and_keeps_unknown_keys() -> None:
+    written = {
+        "decision": "mark_done",
+        "by": "operator",
+        "at": "2026-12-02T10:00:00+00:00",
+        "reason": None,
+        "edited": False,
+        "approval": "9f1c",
+        "recovery": True,
+        "later_key": [1, 2],
+    }
+    record = StepDetail({DetailKey.DECISION: written}).decision
+    assert record is not None
+    assert record.decision is HumanDecision.MARK_DONE and record.recovery
+    assert record.by == "operator" and record.approval == "9f1c"
+    assert record.to_json() == written
+    # A decision this version does not know reads as no decision, not a crash.
+    odd = DecisionRecord.from_json({"decision": "maybe", "by": "x"})
+    assert odd is not None and odd.decision is None and odd.by == "x"
+    assert DecisionRecord.from_json({}) is None
+    assert DecisionRecord.from_json(None) is None
+
+
+def test_an_approval_record_round_trips_and_reads_an_older_one() -> None:
+    record = ApprovalRecord(
+        reasons=("irreversible action",),
+        preview="Send email to ops@example.com",
+        args_hash="abc",
+        approvals_required=2,
+        ttl_s=600,
+        risk="irreversible",
+        tainted_by=("search_notes#2",),
+    )
+    stored = json.loads(json.dumps(record.to_json()))
+    assert ApprovalRecord.from_json(stored) == record
+    older = ApprovalRecord.from_json({"reasons": ["x"]})
+    assert older == ApprovalRecord(reasons=("x",))
+    assert older.ttl_s is None and older.preview is None
