@@ -5,19 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from approvals.models import ApprovalRequest
+
+#: The requests people see: an evaluation's are decided by its simulated
+#: approver (``evals.services``), nobody else.
+SHOWN_TO_PEOPLE = Q(task__eval_case__isnull=True)
 
 
 def approvals_shown() -> QuerySet[ApprovalRequest]:
     """Requests with everything a card or the JSON shows: the task and its
-    agent, the people, the step and the votes (no query per row).
-
-    An evaluation's requests are left out everywhere people look: its simulated
-    approver decides them (``evals.services``), nobody else.
+    agent, the people, the step and the votes (no query per row); an
+    evaluation's are left out (:data:`SHOWN_TO_PEOPLE`).
     """
-    return _loaded(ApprovalRequest.objects.filter(task__eval_case__isnull=True))
+    return _loaded(ApprovalRequest.objects.filter(SHOWN_TO_PEOPLE))
+
+
+def tools_shown() -> list[str]:
+    """The tools of the requests people see, by name (the queue's tool filter)."""
+    shown = ApprovalRequest.objects.filter(SHOWN_TO_PEOPLE)
+    return sorted(set(shown.values_list("tool", flat=True)))
 
 
 def task_approvals(task: Any) -> QuerySet[ApprovalRequest]:

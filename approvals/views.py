@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
 from approvals.models import ApprovalRequest
-from approvals.selectors import approvals_shown
+from approvals.selectors import approvals_shown, tools_shown
 from approvals.services import can_decide
 from registry.models import Agent, Tool
 from runs.permissions import can_audit
@@ -70,9 +70,7 @@ def _filtered(
 def _presenter(request: HttpRequest, **extra: Any) -> QueuePresenter:
     return QueuePresenter(
         filters={k: request.GET.get(k, "") for k in FILTERS},
-        tools=sorted(
-            set(ApprovalRequest.objects.values_list("tool", flat=True).distinct())
-        ),
+        tools=tools_shown(),
         agents=list(Agent.objects.order_by("name").values_list("name", flat=True)),
         show_trace=can_audit(request.user),
         **extra,

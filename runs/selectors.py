@@ -34,6 +34,11 @@ def own_conversation(user: Any, conversation_id: Any) -> Conversation | None:
     return conversation
 
 
+def own_tasks(user: Any) -> QuerySet[Task]:
+    """The user's own tasks, with only what their payload shows (the API's list)."""
+    return task_payload_rows().filter(owner=user)
+
+
 def visible_tasks(user: Any) -> QuerySet[Task]:
     """Tasks the user may read: their own, or all of them for auditors."""
     if can_audit(user):

@@ -36,7 +36,6 @@ from runs.api.common import (
     visible_task_or_404,
 )
 from runs.budgets import DailyBudgetExceeded
-from runs.models import Task
 from runs.payloads import conversation_payload, step_payload, task_payload
 
 
@@ -233,7 +232,7 @@ class TaskList(APIView):
         ],
     )
     def get(self, request: Request) -> Response:
-        tasks = Task.objects.filter(owner=request.user).select_related("agent", "owner")
+        tasks = selectors.own_tasks(request.user)
         if intent := request.query_params.get("intent"):
             tasks = tasks.filter(intent=intent)
         page, headers = paginate(request, tasks.order_by("-created_at"))

@@ -240,3 +240,12 @@ def test_an_eval_runs_trace_shows_the_approvals_its_approver_decided(model, oper
     assert approval["status"] == "approved"
     spans = plan_trace(task).spans
     assert any(s.name.startswith("await_approval") for s in spans)
+
+
+def test_an_evals_approvals_stay_out_of_the_queue_and_its_tool_filter(model, operator):
+    model(NotesScript())
+    report = evals.report_create(suite=evals.suite_upload(TICKET_SUITE), user=operator)
+    drive(report)
+    page = logged_in(operator).get("/approvals/history/").content.decode()
+    assert "<option>create_ticket</option>" not in page
+    assert "create_ticket" not in page

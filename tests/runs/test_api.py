@@ -353,3 +353,18 @@ def test_tool_and_agent_lists_are_newest_first(admin_user, api_client_for):
         "support",
         "assistant",
     ]
+
+
+def test_the_task_list_shows_ones_own_tasks_newest_first_as_the_detail_does(
+    alice, bob, demo, api_client_for
+):
+    first = start(alice, demo.agent, "first")
+    second = start(alice, demo.agent, "second")
+    start(bob, demo.agent, "bob's")
+    client = api_client_for(alice)
+    listed = client.get("/api/tasks/").json()
+    assert [t["id"] for t in listed] == [str(second.pk), str(first.pk)]
+    assert listed[0] == client.get(f"/api/tasks/{second.pk}/").json()
+    assert [t["goal"] for t in api_client_for(bob).get("/api/tasks/").json()] == [
+        "bob's"
+    ]
