@@ -20,8 +20,9 @@ from tests.support.cast import PASSWORD
 from tests.support.redis_server import BundledRedis
 from tests.support.stack import Stack
 
-#: The ``browser`` fixture (Debian's Chromium through Playwright).
-pytest_plugins = ["tests.support.browser"]
+#: The ``browser`` fixture (Debian's Chromium through Playwright) and
+#: ``local_server`` (loopback HTTP servers, for the registry and fuzz tests).
+pytest_plugins = ["tests.support.browser", "tests.support.http_servers"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -20,7 +20,7 @@ from engine.canonical import canonical_hash
 from registry.models import Tool
 from registry.services import tool_save
 from runs.models import Step
-from tests.support.cast import EMAIL, TICKET
+from tests.support.cast import EMAIL, EMAIL_PREVIEW, TICKET
 from tests.support.clients import post_decision
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import advance, ask, pending, user_in
@@ -40,7 +40,7 @@ def test_an_email_waits_for_approval_and_runs_once_after_approval(
     task, [approval], _ = email_waiting(alice, demo.agent)
 
     assert task.status == "waiting_approval"
-    assert approval.preview == "Send email to ops@example.com — subject: report"
+    assert approval.preview == EMAIL_PREVIEW
     assert approval.risk == "irreversible"
     assert approval.requested_by == alice
     assert Outbox.objects.count() == 0 and len(mail.outbox) == 0

@@ -17,11 +17,11 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from effects.models import Outbox
 from effects.services import outbox_dispatch
-from tests.support.cast import EMAIL
+from tests.support.cast import EMAIL, EMAIL_PREVIEW
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask, pending, user_in
 from tests.support.smtp_server import LocalSMTP, use_smtp
-from tests.support.sockets import queue_socket
+from tests.support.sockets import next_frame, queue_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,10 +35,11 @@ async def listening(user: Any) -> WebsocketCommunicator:
 
 async def next_approval(comm: WebsocketCommunicator, status: str) -> dict[str, Any]:
     """The next ``approval`` event with this status (skipping any other)."""
-    while True:
-        message = await comm.receive_json_from(timeout=10)
-        if message["type"] == "approval" and message["approval"]["status"] == status:
-            return message
+    return await next_frame(
+        comm,
+        lambda m: m["type"] == "approval" and m["approval"]["status"] == status,
+        timeout=10,
+    )
 
 
 async def test_a_new_request_and_its_decision_are_pushed_to_the_queue(
@@ -55,7 +56,7 @@ async def test_a_new_request_and_its_decision_are_pushed_to_the_queue(
     assert payload["id"] == str(approval.pk)
     assert payload["task"] == str(task.pk)
     assert payload["tool"] == "send_email"
-    assert payload["preview"] == "Send email to ops@example.com — subject: report"
+    assert payload["preview"] == EMAIL_PREVIEW
     assert payload["arguments"] == EMAIL
     assert f'id="approval-{approval.pk}"' in created["html"]
 
@@ -143,7 +144,7 @@ def test_approvers_are_emailed_about_new_requests_when_enabled(
     ]
     for notice in mail.outbox:
         assert len(notice.to) == 1
-        assert "Send email to ops@example.com — subject: report" in notice.subject
+        assert EMAIL_PREVIEW in notice.subject
         assert "alice" in notice.body
         assert "/approvals/" in notice.body
     assert ApprovalRequest.objects.get().status == "pending"

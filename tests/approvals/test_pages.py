@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
-from tests.support.cast import EMAIL, TICKET
+from tests.support.cast import EMAIL, EMAIL_PREVIEW, TICKET
 from tests.support.clients import logged_in
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask, pending, user_in
@@ -73,7 +73,7 @@ def test_a_card_shows_what_an_approver_needs_to_decide(queue, operator):
 
     assert '<code class="tool">send_email</code>' in email
     assert 'class="badge risk-irreversible"' in email
-    assert "Send email to ops@example.com — subject: report" in email
+    assert EMAIL_PREVIEW in email
     assert '"to": "ops@example.com"' in email  # the arguments as JSON
     assert "<strong data-owner>alice</strong>" in email
     assert "Mail the report to ops" in email  # what the user asked

@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from effects.models import Outbox
+from tests.support import cast
 from tests.support.browser import TIMEOUT_MS, log_in
 from tests.support.replies import AnyReply, RecordingHandler, text, tool_call
 from tests.support.scripted_model import last_user_index, messages_of, tool_messages
@@ -22,12 +23,11 @@ from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
+#: The cast's email (``EMAIL_PREVIEW`` shows it) with a body of its own.
 EMAIL = {
-    "to": "ops@example.com",
-    "subject": "report",
+    **cast.EMAIL,
     "body": "Hello ops, the weekly report is attached in the tracker.",
 }
-PREVIEW = "Send email to ops@example.com — subject: report"
 ANSWER_SENT = "Done: the report went to {to}."
 ANSWER_NOT_SENT = "I did not send it: {error}"
 
@@ -58,7 +58,7 @@ def ask_for_the_email(page: Any) -> Any:
     waiting = page.locator("li.step[data-tool='send_email']")
     expect(waiting).to_have_attribute("data-status", "waiting_approval")
     expect(waiting.locator(".approval-wait")).to_contain_text("waiting for approval")
-    expect(waiting.locator(".approval-wait")).to_contain_text(PREVIEW)
+    expect(waiting.locator(".approval-wait")).to_contain_text(cast.EMAIL_PREVIEW)
     expect(page.locator("[data-task-status]").first).to_have_text("waiting_approval")
     return waiting
 
@@ -78,7 +78,7 @@ def test_the_operator_approves_alices_email_and_her_chat_shows_the_result_live(
     # The card arrives on the operator's open page, without a reload.
     card = operator.locator(".approval-card")
     expect(card).to_have_count(1)
-    expect(card.locator("[data-preview]")).to_have_text(PREVIEW)
+    expect(card.locator("[data-preview]")).to_have_text(cast.EMAIL_PREVIEW)
     expect(card.locator("code.tool")).to_have_text("send_email")
     expect(card.locator(".badge.risk-irreversible")).to_be_visible()
     expect(card.locator("[data-owner]")).to_have_text("alice")
@@ -94,7 +94,7 @@ def test_the_operator_approves_alices_email_and_her_chat_shows_the_result_live(
 
     card.get_by_role("button", name="Approve", exact=True).click()
     expect(operator.locator(".approval-card")).to_have_count(0)
-    expect(operator.locator("#recent-decisions")).to_contain_text(PREVIEW)
+    expect(operator.locator("#recent-decisions")).to_contain_text(cast.EMAIL_PREVIEW)
     # ... and drops it, live, once it is decided here.
     expect(elsewhere.locator(".approval-card")).to_have_count(0)
     expect(elsewhere.locator("#queue-empty")).to_be_visible()

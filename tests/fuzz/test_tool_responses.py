@@ -20,7 +20,6 @@ from registry.adapters.http import http_handler
 from registry.adapters.mcp import result_data
 from registry.services import spec_for
 from tests.fuzz.strategies import fuzz_settings, text
-from tests.registry.conftest import local_server  # noqa: F401 - the fixture
 from tests.support.http_servers import Reply
 from tests.support.http_tools import http_tool
 

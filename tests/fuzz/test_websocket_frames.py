@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from runs.consumers import MAX_FRAME_CHARS
 from tests.fuzz.strategies import fuzz_settings, json_values, text
-from tests.runs.test_consumers import task_with_more_steps, task_with_steps
-from tests.support.sockets import queue_socket, task_socket
+from tests.support.runs import more_notes_async, with_notes_async
+from tests.support.sockets import next_frame, queue_socket, task_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,37 +31,34 @@ NAMED = [
 ]
 
 
-async def still_live(comm: Any, task: Any) -> None:
+async def still_live(comm: Any, run: Any) -> None:
     """After the bad frames: a new step still arrives on the socket."""
-    await task_with_more_steps(task, count=1)
-    while True:
-        frame = await comm.receive_json_from(timeout=5)
-        if frame["type"] == "step":
-            return
+    await more_notes_async(run, 1)
+    await next_frame(comm, lambda frame: frame["type"] == "step", timeout=5)
 
 
 @pytest.mark.parametrize("frame,what", NAMED, ids=[what for _, what in NAMED])
 async def test_a_bad_frame_gets_an_error_and_the_task_socket_stays_live(
     alice, demo, frame, what
 ):
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
+    run = await with_notes_async(alice, demo.agent, 1)
+    comm = task_socket(alice, run.task_id)
     assert (await comm.connect())[0]
     await comm.send_to(text_data=frame)
     answer = await comm.receive_json_from(timeout=5)
     assert answer["type"] == "error" and answer["error"]
-    await still_live(comm, task)
+    await still_live(comm, run)
     await comm.disconnect()
 
 
 async def test_a_binary_frame_gets_an_error_too(alice, demo):
-    task = await task_with_steps(alice, demo.agent, count=1)
-    comm = task_socket(alice, str(task.pk))
+    run = await with_notes_async(alice, demo.agent, 1)
+    comm = task_socket(alice, run.task_id)
     assert (await comm.connect())[0]
     await comm.send_to(bytes_data=b"\x00\xff")
     answer = await comm.receive_json_from(timeout=5)
     assert answer["type"] == "error"
-    await still_live(comm, task)
+    await still_live(comm, run)
     await comm.disconnect()
 
 
@@ -90,13 +87,13 @@ frames = st.one_of(
 @given(batch=st.lists(frames, min_size=1, max_size=5))
 def test_any_frames_leave_the_task_socket_answering_and_live(alice, demo, batch):
     async def run() -> None:
-        task = await task_with_steps(alice, demo.agent, count=1)
-        comm = task_socket(alice, str(task.pk))
+        run = await with_notes_async(alice, demo.agent, 1)
+        comm = task_socket(alice, run.task_id)
         assert (await comm.connect())[0]
         for frame in batch:
             await comm.send_to(text_data=frame)
         # Every frame gets an answer or a resume's steps; nothing closes it.
-        await still_live(comm, task)
+        await still_live(comm, run)
         await comm.disconnect()
 
     async_to_sync(run)()

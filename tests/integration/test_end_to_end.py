@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 import pytest
 from websockets.sync.client import connect
 
 from tests.support.cast import QUESTION
-from tests.support.clients import bearer_token, session_cookie
+from tests.support.clients import bearer_headers, session_cookie
 from tests.support.runs import start
 from tests.support.stack import Stack
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -23,9 +23,8 @@ def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
     stack.start_model("redis", latency=0.3)
     stack.start_worker()
     stack.start_web()
-    token = bearer_token(alice)
     http = httpx.Client(
-        base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        base_url=stack.web_url, headers=bearer_headers(alice), timeout=10
     )
     conversation = http.post("/api/conversations/", json={}).json()
     posted = http.post(
@@ -39,22 +38,32 @@ def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
     steps: dict[int, dict] = {}
     live_frames = 0
     resumed = False
-    final = None
+
+    def final_task() -> dict | None:
+        """Read one message; the task once a task event says it has ended."""
+        nonlocal live_frames, resumed
+        message = json.loads(ws.recv(timeout=30))
+        if message["type"] == "step":
+            step = message["step"]
+            if step["rev"] >= steps.get(step["seq"], {}).get("rev", -1):
+                steps[step["seq"]] = step
+            if resumed:
+                live_frames += 1
+        elif message["type"] == "task":
+            resumed = True
+            if message["task"]["status"] in ("succeeded", "stopped", "failed"):
+                return message["task"]
+        return None
+
     with connect(ws_url, additional_headers=headers, open_timeout=10) as ws:
         ws.send(json.dumps({"type": "resume", "after": 0}))
-        deadline = time.monotonic() + 60
-        while final is None and time.monotonic() < deadline:
-            message = json.loads(ws.recv(timeout=30))
-            if message["type"] == "step":
-                step = message["step"]
-                if step["rev"] >= steps.get(step["seq"], {}).get("rev", -1):
-                    steps[step["seq"]] = step
-                if resumed:
-                    live_frames += 1
-            elif message["type"] == "task":
-                resumed = True
-                if message["task"]["status"] in ("succeeded", "stopped", "failed"):
-                    final = message["task"]
+        final = wait_for(
+            final_task,
+            60,
+            interval=0,
+            what="the run's final task event",
+            detail=lambda: stack.procs["worker"].output()[-3000:],
+        )
 
     assert final is not None, stack.procs["worker"].output()[-3000:]
     assert final["status"] == "succeeded", final

@@ -1,34 +1,13 @@
-"""Fixtures of the registry tests: local servers, a test resolver, MCP sessions."""
+"""Fixtures of the registry tests: a test resolver, MCP sessions (``local_server``
+is the root conftest's, from ``tests.support.http_servers``)."""
 
 from __future__ import annotations
 
-import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from tests.support.http_servers import LocalServer, Responder, echo
 from tests.support.http_tools import FakeDNS
-
-
-@pytest.fixture
-def local_server() -> Iterator[Callable[..., LocalServer]]:
-    """``local_server(respond, host, port, tls)`` -> a started server."""
-    servers: list[LocalServer] = []
-
-    def start(
-        respond: Responder = echo,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        tls: ssl.SSLContext | None = None,
-    ) -> LocalServer:
-        server = LocalServer(respond, host=host, port=port, tls=tls).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
-from approvals.consumers import ApprovalsConsumer
 from infra.push import push, task_group
 from reach_site.asgi import application
 from runs import events as notify
@@ -21,7 +20,7 @@ from runs.api.auth import token_issue, token_revoke
 from runs.consumers import TaskConsumer
 from runs.models import Task
 from tests.support.cast import ORIGIN
-from tests.support.runs import claimed, note_steps
+from tests.support.runs import more_notes, with_notes
 from tests.support.sockets import queue_socket, task_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,14 +36,12 @@ def task_with_more_steps(task, count, *, pushed=True):
     with contextlib.ExitStack() as stack:
         if not pushed:
             stack.enter_context(mock.patch.object(notify, "push", lambda *a: None))
-        journal.append(note_steps(row.steps.count() + 1, count))
+        more_notes(journal, count)
 
 
 @database_sync_to_async
 def task_with_steps(user, agent, count=3):
-    journal = claimed(user, agent, "hello")
-    journal.append(note_steps(1, count))
-    return Task.objects.get(pk=journal.task_id)
+    return Task.objects.get(pk=with_notes(user, agent, count).task_id)
 
 
 async def watched_task(user, agent, count=3):
@@ -301,19 +298,18 @@ def token_of(user):
 
 
 def bearer_task_socket(
-    task_id: str, subprotocols: list[str], user=None, app=None
+    task_id: str, subprotocols: list[str], user=None, query: str = ""
 ) -> WebsocketCommunicator:
-    """``/ws/tasks/<task_id>/`` offering ``subprotocols``, with no Origin header
-    (as programs connect); ``user`` is what a cookie would have made the scope's."""
-    comm = WebsocketCommunicator(
-        app or TaskConsumer.as_asgi(),
-        f"/ws/tasks/{task_id}/",
+    """``/ws/tasks/<task_id>/[?query]`` offering ``subprotocols``, with no Origin
+    header (as programs connect); ``user`` is what a cookie would have made the
+    scope's."""
+    return task_socket(
+        user or AnonymousUser(),
+        task_id,
+        origin=None,
+        query=query,
         subprotocols=subprotocols,
     )
-    if app is None:
-        comm.scope["user"] = user or AnonymousUser()
-        comm.scope["url_route"] = {"kwargs": {"task_id": task_id}}
-    return comm
 
 
 async def test_a_bearer_subprotocol_opens_the_task_socket_and_is_echoed(alice, demo):
@@ -354,7 +350,9 @@ async def test_through_the_asgi_stack_a_token_needs_no_origin_and_a_cookie_does(
     task = await task_with_steps(alice, demo.agent)
     _, key = await token_of(alice)
 
-    comm = bearer_task_socket(str(task.pk), ["bearer", key], app=application)
+    comm = WebsocketCommunicator(
+        application, f"/ws/tasks/{task.pk}/", subprotocols=["bearer", key]
+    )
     assert await comm.connect() == (True, "bearer")
     await comm.disconnect()
     # Without a token the Origin check runs before routing: no Origin, refused.
@@ -366,10 +364,7 @@ async def test_through_the_asgi_stack_a_token_needs_no_origin_and_a_cookie_does(
 async def test_the_approval_queue_takes_an_approvers_token_only(alice, operator, demo):
     for user, allowed in [(operator, True), (alice, False)]:
         _, key = await token_of(user)
-        comm = WebsocketCommunicator(
-            ApprovalsConsumer.as_asgi(), "/ws/approvals/", subprotocols=["bearer", key]
-        )
-        comm.scope["user"] = AnonymousUser()
+        comm = queue_socket(AnonymousUser(), origin=None, subprotocols=["bearer", key])
         connected, subprotocol = await comm.connect()
         assert connected is allowed
         if connected:
@@ -398,14 +393,8 @@ async def test_a_programs_socket_gets_api_events_without_html_unless_it_asks(
     on resume (read) or live (pushed), unless its URL asks (``?html=1``)."""
     task = await task_with_steps(alice, demo.agent, count=1)
     _, key = await token_of(alice)
-    for query, drawn in (("", False), ("?html=1", True)):
-        comm = WebsocketCommunicator(
-            TaskConsumer.as_asgi(),
-            f"/ws/tasks/{task.pk}/{query}",
-            subprotocols=["bearer", key],
-        )
-        comm.scope["user"] = AnonymousUser()
-        comm.scope["url_route"] = {"kwargs": {"task_id": str(task.pk)}}
+    for query, drawn in (("", False), ("html=1", True)):
+        comm = bearer_task_socket(str(task.pk), ["bearer", key], query=query)
         assert (await comm.connect())[0]
         await comm.send_json_to({"type": "resume", "after": 0})
         read = await received_until_quiet(comm)

@@ -29,6 +29,8 @@ from tests.support.clients import (
     import_trace,
     logged_in,
     post_message,
+    steps_of,
+    task_of,
     trace_of,
 )
 from tests.support.replies import Script, text, tool_call, with_usage, without_usage
@@ -51,14 +53,6 @@ def priced(input_per_m: str = "1", output_per_m: str = "2", cached: str = "0.1")
 
 def calc(expression: str) -> Any:
     return tool_call("calculate", {"expression": expression})
-
-
-def api_task(client: Any, task: Task) -> dict[str, Any]:
-    return client.get(f"/api/tasks/{task.pk}/").json()
-
-
-def api_steps(client: Any, task: Task) -> list[dict[str, Any]]:
-    return client.get(f"/api/tasks/{task.pk}/steps/").json()["steps"]
 
 
 def audited(kind: str, task: Task | None = None) -> list[AuditEvent]:
@@ -88,8 +82,8 @@ def test_a_priced_run_records_each_model_calls_cost_and_sums_it_on_the_task(
     assert task.agent_snapshot["price"]["pattern"] == "scripted-*"
 
     client = api_client_for(alice)
-    assert api_task(client, task)["cost_usd"] == pytest.approx(task.cost_usd)
-    steps = api_steps(client, task)
+    assert task_of(client, task.pk)["cost_usd"] == pytest.approx(task.cost_usd)
+    steps = steps_of(client, task.pk)
     assert [s["cost_usd"] is not None for s in steps] == [True, False, True]
 
     chat = logged_in(alice).get(f"/c/{task.conversation_id}/").content.decode()
@@ -108,8 +102,8 @@ def test_a_model_with_no_price_shows_cost_unknown_never_zero(
     assert task.cost_usd is None
     assert model_price("scripted-model") is None
     client = api_client_for(alice)
-    assert api_task(client, task)["cost_usd"] is None
-    assert all(s["cost_usd"] is None for s in api_steps(client, task))
+    assert task_of(client, task.pk)["cost_usd"] is None
+    assert all(s["cost_usd"] is None for s in steps_of(client, task.pk))
 
     chat = logged_in(alice).get(f"/c/{task.conversation_id}/").content.decode()
     assert "cost unknown" in chat and "$0.00" not in chat
@@ -155,9 +149,9 @@ def test_missing_usage_records_estimated_tokens_and_says_so(
     assert task.estimated_calls == 2
 
     client = api_client_for(alice)
-    payload = api_task(client, task)
+    payload = task_of(client, task.pk)
     assert payload["usage_estimated"] is True and payload["usage"]["total_tokens"] > 0
-    assert api_steps(client, task)[0]["usage"]["estimated"] is True
+    assert steps_of(client, task.pk)[0]["usage"]["estimated"] is True
     trace = logged_in(alice).get(f"/traces/{task.pk}/").content.decode()
     assert 'data-testid="usage-estimated"' in trace
     assert "estimated: the endpoint reported no usage" in trace
@@ -197,7 +191,7 @@ def test_a_run_stopped_by_its_cost_budget_says_so_everywhere(
     trace = logged_in(alice).get(f"/traces/{task.pk}/").content.decode()
     assert 'data-testid="stop-reason">cost_budget</strong>' in trace
     assert 'data-testid="cost-budget">· budget $0.2000 per run' in trace
-    payload = api_task(api_client_for(alice), task)
+    payload = task_of(api_client_for(alice), task.pk)
     assert (payload["status"], payload["stop_reason"]) == ("stopped", "cost_budget")
 
     [event] = audited(AuditKind.BUDGET_RUN_EXCEEDED, task)

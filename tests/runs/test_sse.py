@@ -16,9 +16,18 @@ from runs import services as runs
 from runs.api import stream as sse
 from runs.api.auth import token_issue, token_revoke
 from runs.events import changes_since
-from runs.models import Step
-from tests.support.clients import bearer_client, session_cookie
-from tests.support.runs import claimed, note_steps, start, user_in
+from tests.support.clients import (
+    bearer_client,
+    bearer_headers,
+    session_cookie,
+    steps_of,
+)
+from tests.support.runs import (
+    more_notes_async,
+    start,
+    user_in,
+    with_notes_async,
+)
 from tests.support.sse import AsgiStream, SseEvent, events_path, subscribers
 from tests.support.waiting import wait_for
 
@@ -27,21 +36,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @database_sync_to_async
 def bearer(user: Any) -> dict[str, str]:
-    _, key = token_issue(user=user, name="sse")
-    return {"Authorization": f"Bearer {key}"}
-
-
-@database_sync_to_async
-def run_with_steps(user: Any, agent: Any, count: int) -> runs.DjangoJournal:
-    journal = claimed(user, agent, "hello")
-    journal.append(note_steps(1, count))
-    return journal
-
-
-@database_sync_to_async
-def more_steps(journal: runs.DjangoJournal, count: int) -> None:
-    first = Step.objects.filter(task_id=journal.task_id).count() + 1
-    journal.append(note_steps(first, count))
+    return bearer_headers(user, name="sse")
 
 
 @database_sync_to_async
@@ -74,8 +69,7 @@ def websocket_view(task_id: str, html: bool = False) -> list[dict[str, Any]]:
 @database_sync_to_async
 def api_steps(user: Any, task_id: str) -> dict[int, dict[str, Any]]:
     """Every step's latest state, from ``GET /api/tasks/{id}/steps/``."""
-    answer = bearer_client(user).get(f"/api/tasks/{task_id}/steps/")
-    return {step["seq"]: step for step in answer.json()["steps"]}
+    return {step["seq"]: step for step in steps_of(bearer_client(user), task_id)}
 
 
 async def read_until_task(stream: AsgiStream, steps: int) -> list[SseEvent]:
@@ -93,7 +87,7 @@ async def read_until_task(stream: AsgiStream, steps: int) -> list[SseEvent]:
 async def test_a_finished_run_streams_the_websockets_events_with_revs_as_ids(
     alice, demo
 ):
-    journal = await run_with_steps(alice, demo.agent, 3)
+    journal = await with_notes_async(alice, demo.agent, 3)
     await finish(journal)
     stream = AsgiStream(events_path(journal.task_id), await bearer(alice))
 
@@ -116,14 +110,14 @@ async def test_a_finished_run_streams_the_websockets_events_with_revs_as_ids(
 async def test_a_live_run_streams_each_change_and_ends_after_the_final_task_event(
     alice, demo
 ):
-    journal = await run_with_steps(alice, demo.agent, 1)
+    journal = await with_notes_async(alice, demo.agent, 1)
     stream = AsgiStream(events_path(journal.task_id), await bearer(alice))
     assert await stream.open() == 200
 
     first = await read_until_task(stream, 1)
     assert [e.event for e in first] == ["step", "task"]
     assert first[-1].data["task"]["status"] == "running"
-    await more_steps(journal, 2)
+    await more_notes_async(journal, 2)
     live = await read_until_task(stream, 3)
     await finish(journal)
     rest = await stream.to_the_end()
@@ -141,7 +135,7 @@ async def test_a_live_run_streams_each_change_and_ends_after_the_final_task_even
 async def test_a_resume_after_any_event_gets_every_later_event_exactly_once(
     alice, demo
 ):
-    journal = await run_with_steps(alice, demo.agent, 4)
+    journal = await with_notes_async(alice, demo.agent, 4)
     await edit_note(journal, 2)  # Step 2 now comes last: events go in rev order.
     await finish(journal)
     headers = await bearer(alice)
@@ -176,7 +170,7 @@ async def test_a_resume_after_any_event_gets_every_later_event_exactly_once(
 async def test_a_cut_live_stream_resumed_with_last_event_id_misses_and_repeats_nothing(
     alice, demo
 ):
-    journal = await run_with_steps(alice, demo.agent, 2)
+    journal = await with_notes_async(alice, demo.agent, 2)
     headers = await bearer(alice)
     group = task_group(journal.task_id)
     cut = AsgiStream(events_path(journal.task_id), headers)
@@ -187,7 +181,7 @@ async def test_a_cut_live_stream_resumed_with_last_event_id_misses_and_repeats_n
     await cut.disconnect()
     # The hang-up ended the stream: it left the task's group.
     await sync_to_async(wait_for)(lambda: subscribers(group) == 0, 5)
-    await more_steps(journal, 2)
+    await more_notes_async(journal, 2)
     await edit_note(journal, 1)
     await finish(journal)
     resumed = AsgiStream(
@@ -210,7 +204,7 @@ async def test_a_cut_live_stream_resumed_with_last_event_id_misses_and_repeats_n
 
 async def test_an_idle_stream_sends_keep_alive_comments(alice, demo, monkeypatch):
     monkeypatch.setattr(sse, "HEARTBEAT_S", 0.2)
-    journal = await run_with_steps(alice, demo.agent, 1)
+    journal = await with_notes_async(alice, demo.agent, 1)
     stream = AsgiStream(events_path(journal.task_id), await bearer(alice))
     await stream.open()
     await read_until_task(stream, 1)
@@ -221,7 +215,7 @@ async def test_an_idle_stream_sends_keep_alive_comments(alice, demo, monkeypatch
 
 
 async def test_revoking_the_token_ends_its_stream(alice, demo):
-    journal = await run_with_steps(alice, demo.agent, 1)
+    journal = await with_notes_async(alice, demo.agent, 1)
     token, key = await database_sync_to_async(token_issue)(user=alice, name="sse")
     stream = AsgiStream(
         events_path(journal.task_id), {"Authorization": f"Bearer {key}"}
@@ -237,7 +231,7 @@ async def test_a_stream_ends_at_the_keep_alive_after_its_reader_loses_the_right(
     alice, demo, monkeypatch
 ):
     monkeypatch.setattr(sse, "HEARTBEAT_S", 0.2)
-    journal = await run_with_steps(alice, demo.agent, 1)
+    journal = await with_notes_async(alice, demo.agent, 1)
     carol = await database_sync_to_async(user_in)("auditors", "carol")
     stream = AsgiStream(events_path(journal.task_id), await bearer(carol))
     assert await stream.open() == 200
@@ -250,7 +244,7 @@ async def test_a_stream_ends_at_the_keep_alive_after_its_reader_loses_the_right(
 
 
 async def test_a_browser_session_streams_too(alice, demo):
-    journal = await run_with_steps(alice, demo.agent, 1)
+    journal = await with_notes_async(alice, demo.agent, 1)
     cookie = await database_sync_to_async(session_cookie)(alice)
     stream = AsgiStream(events_path(journal.task_id), {"Cookie": f"sessionid={cookie}"})
     assert await stream.open() == 200
@@ -280,7 +274,7 @@ def test_others_get_404_no_token_401_and_a_bad_resume_point_400(alice, bob, demo
 async def test_a_token_gets_the_pages_html_only_when_it_asks_and_a_session_always(
     alice, demo
 ):
-    journal = await run_with_steps(alice, demo.agent, 2)
+    journal = await with_notes_async(alice, demo.agent, 2)
     await finish(journal)
     token = await bearer(alice)
     cookie = await database_sync_to_async(session_cookie)(alice)

@@ -15,6 +15,8 @@ QUESTION = "项目笔记里哪个方案提到 Redis？找到其中的预算表�
 FOLLOW_UP = "刚才的总和再加 12 是多少？"
 #: ``send_email`` arguments the approval tests ask for.
 EMAIL = {"to": "ops@example.com", "subject": "report", "body": "The weekly report."}
+#: How the demo's ``send_email`` previews ``EMAIL`` (its ``preview_template``).
+EMAIL_PREVIEW = f"Send email to {EMAIL['to']} — subject: {EMAIL['subject']}"
 #: ``create_ticket`` arguments.
 TICKET = {"title": "Cache", "body": "Move the hot queries to Redis."}
 #: The ``Origin`` header of a websocket from the site itself.

@@ -17,6 +17,11 @@ def bearer_token(user: Any, name: str = "test") -> str:
     return key
 
 
+def bearer_headers(user: Any, name: str = "test") -> dict[str, str]:
+    """``{"Authorization": "Bearer <a real token of user>"}``, for raw HTTP."""
+    return {"Authorization": f"Bearer {bearer_token(user, name)}"}
+
+
 def bearer_client(user: Any, name: str = "test") -> APIClient:
     """An ``APIClient`` sending ``Authorization: Bearer <a real token of user>``."""
     client = APIClient()
@@ -51,6 +56,16 @@ def decision_url(approval: Any) -> str:
 def post_decision(client: Any, approval: Any, **body: Any) -> Any:
     """POST ``body`` (``decision``, ``arguments``, ``reason``) as the decision."""
     return client.post(decision_url(approval), body, format="json")
+
+
+def task_of(client: Any, task_id: Any) -> dict[str, Any]:
+    """The task as the API shows it (``GET /api/tasks/<id>/``)."""
+    return client.get(f"/api/tasks/{task_id}/").json()
+
+
+def steps_of(client: Any, task_id: Any) -> list[dict[str, Any]]:
+    """The task's steps as the API lists them (``GET /api/tasks/<id>/steps/``)."""
+    return client.get(f"/api/tasks/{task_id}/steps/").json()["steps"]
 
 
 def trace_of(client: Any, task_id: Any) -> dict[str, Any]:

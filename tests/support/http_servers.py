@@ -2,7 +2,8 @@
 
 ``LocalServer(respond)`` records every request it gets (``hits``) before it
 answers, so a test that has its response back can count hits without waiting.
-The default responder echoes the request as JSON.
+The default responder echoes the request as JSON. The ``local_server`` fixture
+(registered by the root conftest) starts servers and stops them after the test.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import datetime as dt
 import json
 import ssl
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -178,6 +180,26 @@ class LocalServer(Started):
 
     def url(self, path: str = "/", host: str | None = None) -> str:
         return f"{self.scheme}://{host or self.host}:{self.port}{path}"
+
+
+@pytest.fixture
+def local_server() -> Iterator[Callable[..., LocalServer]]:
+    """``local_server(respond, host, port, tls)`` -> a started server."""
+    servers: list[LocalServer] = []
+
+    def start(
+        respond: Responder = echo,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+    ) -> LocalServer:
+        server = LocalServer(respond, host=host, port=port, tls=tls).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
 
 
 def tls_files(directory: Path, names: list[str]) -> tuple[Path, ssl.SSLContext, list]:

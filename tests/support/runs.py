@@ -1,14 +1,15 @@
 """Runs in-process, as the ``advance`` Celery task would drive them.
 
 Start, advance and ask (start then advance); a claimed journal for writing steps
-by hand (and model and note steps to write); the pending approvals of a task
-and deciding them; users in a group.
+by hand (and model and note steps to write, a run of notes written so); the
+pending approvals of a task and deciding them; users in a group.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
@@ -16,7 +17,7 @@ from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from engine.spec import StepKind, StepRecord, StepStatus
 from runs import services as runs
-from runs.models import Task
+from runs.models import Step, Task
 from tests.support.cast import PASSWORD
 
 
@@ -71,6 +72,26 @@ def note_steps(first: int, count: int) -> list[StepRecord]:
         )
         for seq in range(first, first + count)
     ]
+
+
+def with_notes(
+    user: Any, agent: Any, count: int = 3, content: str = "hello"
+) -> runs.DjangoJournal:
+    """``claimed``, with ``count`` note steps written (seq 1 on): a live run."""
+    journal = claimed(user, agent, content)
+    journal.append(note_steps(1, count))
+    return journal
+
+
+def more_notes(journal: runs.DjangoJournal, count: int) -> None:
+    """``count`` more note steps, after the task's last one, through ``journal``."""
+    first = Step.objects.filter(task_id=journal.task_id).count() + 1
+    journal.append(note_steps(first, count))
+
+
+#: ``with_notes`` and ``more_notes`` for async tests (a socket's, a stream's).
+with_notes_async = database_sync_to_async(with_notes)
+more_notes_async = database_sync_to_async(more_notes)
 
 
 class Waiting(NamedTuple):

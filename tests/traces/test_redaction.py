@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 import pytest
-from channels.testing import WebsocketCommunicator
 from django.forms.models import model_to_dict
 from django.test import Client
 
@@ -24,12 +23,12 @@ from infra.runtime import redactor
 from registry.handlers import register
 from registry.secrets import secret_set
 from registry.services import tool_from_definition, tool_save
-from runs.consumers import TaskConsumer
 from runs.models import Message, Step, Task
 from tests.support.clients import logged_in
 from tests.support.openai_tools import object_schema
 from tests.support.replies import Script, error, text, tool_call, tool_calls
 from tests.support.runs import ask, decide
+from tests.support.sockets import Frame, frames_until, task_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,24 +150,17 @@ async def websocket_frames(
     user: Any, task_id: str, seqs: set[int]
 ) -> list[dict[str, Any]]:
     """Every frame a client resuming from rev 0 gets, until it has every step."""
-    comm = WebsocketCommunicator(
-        TaskConsumer.as_asgi(),
-        f"/ws/tasks/{task_id}/",
-        headers=[(b"origin", b"http://127.0.0.1:8000")],
-    )
-    comm.scope["user"] = user
-    comm.scope["url_route"] = {"kwargs": {"task_id": task_id}}
+    comm = task_socket(user, task_id)
     connected, _ = await comm.connect()
     assert connected
     await comm.send_json_to({"type": "resume", "after": 0})
-    frames = []
-    seen: set[int] = set()
+
+    def complete(frames: list[Frame]) -> bool:
+        seen = {f["step"]["seq"] for f in frames if f["type"] == "step"}
+        return seqs <= seen and any(f["type"] == "task" for f in frames)
+
     # Live pushes may interleave with the resume: stop on content, not on order.
-    while not (seqs <= seen and any(f["type"] == "task" for f in frames)):
-        frame = await comm.receive_json_from(timeout=10)
-        frames.append(frame)
-        if frame["type"] == "step":
-            seen.add(frame["step"]["seq"])
+    frames = await frames_until(comm, complete, timeout=10)
     await comm.disconnect()
     return frames
 
