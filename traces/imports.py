@@ -48,18 +48,24 @@ _TASK_STATUSES = {s.value for s in TaskStatus}
 _FINAL = {s.value for s in FINAL_TASK_STATUSES}
 _STOP_REASONS = {s.value for s in StopReason}
 
-#: Step string fields and the longest value the database keeps.
-_STEP_STRINGS = {
-    "tool": 64,
-    "call_id": 200,
-    "model": 200,
-    "request_id": 200,
-    "idempotency_key": 200,
-    "error_class": 50,
-    "raw_arguments": None,
-    "error": None,
+#: The step columns an imported document fills (all but the row's identity).
+_STEP_COLUMNS = {
+    f.name: f for f in Step._meta.concrete_fields if f.name not in ("id", "task")
 }
-_STEP_INTS = ("rev", "parent_seq", "call_index", "tool_version")
+#: Step string fields and the longest value the database keeps (kind and status
+#: are checked against their vocabularies instead).
+_STEP_STRINGS = {
+    name: getattr(f, "max_length", None)
+    for name, f in _STEP_COLUMNS.items()
+    if f.get_internal_type() in ("CharField", "TextField")
+    and name not in ("kind", "status")
+}
+#: Step integer fields but ``seq`` (which every step must have).
+_STEP_INTS = tuple(
+    name
+    for name, f in _STEP_COLUMNS.items()
+    if f.get_internal_type().endswith("IntegerField") and name != "seq"
+)
 _STEP_OBJECTS = ("response", "usage", "detail")
 
 
@@ -507,35 +513,19 @@ def _steps(task: Task, steps_doc: list[dict[str, Any]], old_id: str) -> list[Ste
         key = data.get("idempotency_key")
         if key and old_id and key.startswith(old_id + ":"):
             key = f"{task.pk}:{key[len(old_id) + 1 :]}"
-        rows.append(
-            Step(
-                task=task,
-                seq=data["seq"],
-                rev=revs[data["seq"]],
-                kind=kind,
-                status=data["status"],
-                tool=data.get("tool"),
-                tool_version=data.get("tool_version"),
-                call_id=data.get("call_id"),
-                call_index=data.get("call_index"),
-                parent_seq=parent_seq,
-                arguments=data.get("arguments"),
-                raw_arguments=data.get("raw_arguments"),
-                proposed_arguments=data.get("proposed_arguments"),
-                result=data.get("result"),
-                error=data.get("error"),
-                error_class=data.get("error_class"),
-                attempts=list(data.get("attempts") or []),
-                model=data.get("model"),
-                request_id=data.get("request_id"),
-                response=data.get("response"),
-                usage=data.get("usage"),
-                idempotency_key=key,
-                tainted_by=list(data.get("tainted_by") or []),
-                detail=dict(data.get("detail") or {}),
-                started_at=_parse_time(data.get("started_at")),
-                finished_at=_parse_time(data.get("finished_at")),
-                cost_usd=_cost(data.get("cost_usd")),
-            )
+        # Every recorded field as the document gives it, then those read
+        # otherwise: renumbered, re-keyed, parsed or never null.
+        values: dict[str, Any] = {name: data.get(name) for name in Step.RECORD_FIELDS}
+        values.update(
+            kind=kind,
+            parent_seq=parent_seq,
+            idempotency_key=key,
+            attempts=list(data.get("attempts") or []),
+            tainted_by=list(data.get("tainted_by") or []),
+            detail=dict(data.get("detail") or {}),
+            started_at=_parse_time(data.get("started_at")),
+            finished_at=_parse_time(data.get("finished_at")),
+            cost_usd=_cost(data.get("cost_usd")),
         )
+        rows.append(Step(task=task, seq=data["seq"], rev=revs[data["seq"]], **values))
     return rows

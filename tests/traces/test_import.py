@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from runs import services as runs
 from runs.models import Step, Task
+from runs.payloads import STEP_KEYS
 from tests.fuzz.samples import trace
 from tests.support.cast import EDITED_EMAIL, EMAIL
 from tests.support.clients import fork, import_trace, logged_in, trace_of
@@ -19,12 +20,9 @@ from tests.support.runs import ask, decide
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-STEP_FIELDS = (
-    "seq", "kind", "status", "tool", "call_id", "arguments", "raw_arguments",
-    "proposed_arguments", "result", "error", "attempts", "model", "request_id",
-    "response", "usage", "tainted_by", "started_at", "finished_at", "duration_ms",
-    "error_class", "tool_version", "parent_seq", "call_index",
-)  # fmt: skip
+#: What an import keeps of each step: every key but the two it renumbers and
+#: re-keys for the new task (``rev``, ``idempotency_key``, checked below).
+STEP_FIELDS = tuple(k for k in STEP_KEYS if k not in ("rev", "idempotency_key"))
 APPROVAL_FIELDS = (
     "step", "tool", "risk", "arguments", "proposed_arguments", "preview", "status",
     "tainted_by", "approvals_required", "approved_by", "requested_at", "expires_at",
