@@ -27,15 +27,17 @@ from registry.adapters.http import http_handler, http_settings_errors, leaves_ho
 from registry.handlers import get_handler, handler_names
 from registry.models import Agent, MCPServer, Tool, ToolVersion
 from registry.models import ModelPrice as PriceRow
-from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS, tool_definition
+from registry.payloads import (
+    TOOL_FIELDS,
+    TOOL_IMPLEMENTATION_FIELDS,
+    TOOL_REQUIRED_FIELDS,
+    tool_definition,
+)
 
 #: Fields whose change makes a new version: the public definition (API.md) and
-#: the implementation behind it.
-VERSIONED_FIELDS = tuple(f for f in TOOL_FIELDS if f != "name") + (
-    "handler",
-    "http",
-    "mcp_server_id",
-    "mcp_tool",
+#: the implementation behind it (the MCP server compared by its id).
+VERSIONED_FIELDS = tuple(f for f in TOOL_FIELDS if f != "name") + tuple(
+    "mcp_server_id" if f == "mcp_server" else f for f in TOOL_IMPLEMENTATION_FIELDS
 )
 
 
