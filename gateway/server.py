@@ -50,6 +50,8 @@ INSTRUCTIONS = (
 
 def mcp_tool(definition: dict[str, Any]) -> types.Tool:
     """A registry tool definition as MCP lists it (risk tiers as annotations)."""
+    # No risk given: announced as a write (not ToolSpec's read-only default), so
+    # that a client never takes a tool it knows nothing of for a harmless read.
     risk = str(definition.get("risk") or Risk.WRITE)
     parameters = definition.get("parameters") or {}
     if not isinstance(parameters, dict) or parameters.get("type") != "object":
