@@ -594,7 +594,12 @@ def steps_insert(
 
 
 def step_transition(
-    *, task: Task, step: Step, lease: Lease | None = None, **changes: Any
+    *,
+    task: Task,
+    step: Step,
+    lease: Lease | None = None,
+    with_task: bool = False,
+    **changes: Any,
 ) -> Step:
     """Change a written step: the one way a step changes.
 
@@ -603,9 +608,11 @@ def step_transition(
     by approval decisions, expiry and cancellation alike.
 
     Runs inside the caller's transaction. With a ``lease`` the bump is fenced by
-    it (:class:`LeaseLost` when another worker took the run over); without one
-    the caller holds the task row's lock. ``task.rev`` is kept up to date, so a
-    caller that saves the task afterwards does not write an old rev back.
+    it (:class:`LeaseLost` when another worker took the run over), and
+    ``with_task`` adds the task's event to the push (the write changed the task
+    too); without one the caller holds the task row's lock. ``task.rev`` is kept
+    up to date, so a caller that saves the task afterwards does not write an old
+    rev back.
 
     The journal calls this twice per tool call, so it is raw SQL: the bump, the
     rev read back and the step's UPDATE, the statements the ORM would send
@@ -622,7 +629,7 @@ def step_transition(
     if lease is None:
         notify.task_changed_on_commit(task.pk)
     else:
-        notify.changes_on_commit(task, [step], base=step.rev - 1)
+        notify.changes_on_commit(task, [step], base=step.rev - 1, with_task=with_task)
     counters.count_steps_on_commit(task, [step])
     return step
 
@@ -814,7 +821,7 @@ class DjangoJournal:
             row = Step(task_id=self._task_pk, seq=step.seq, rev=self._task.rev)
             row.apply(_stored(step))
             row.pk = self._step_pk(step.seq)
-            step_transition(task=self._task, step=row, lease=self._lease)
+            tainted = False
             detail = StepDetail(step.detail)
             if detail.untrusted and step.status in (
                 StepStatus.SUCCEEDED,
@@ -825,8 +832,12 @@ class DjangoJournal:
                 if label not in (task.tainted_by or []):
                     task.tainted_by = [*(task.tainted_by or []), label]
                     task.save(update_fields=["tainted_by"])
-                # What this run's later task events show.
+                    tainted = True
+                # What this run's task events show, this write's included.
                 self._task.tainted_by = task.tainted_by
+            step_transition(
+                task=self._task, step=row, lease=self._lease, with_task=tainted
+            )
         self._written_at = time.monotonic()
         return row.record()
 

@@ -172,6 +172,33 @@ def test_an_untrusted_result_taints_the_task_through_the_fast_update(alice, demo
     assert Task.objects.get(pk=journal.task_id).tainted_by == [label]
 
 
+def test_the_write_that_taints_the_task_pushes_the_tainted_task(
+    alice, demo, monkeypatch
+):
+    journal = claimed(alice, demo.agent, owner="w1")
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(notify, "push", lambda group, message: sent.append(message))
+    done = step.copy(status=StepStatus.SUCCEEDED, result=[], detail={"untrusted": True})
+    journal.update(done)
+    journal.update(done)  # the same label again: the task did not change
+    label = f"calculate#2@{str(journal.task_id)[:8]}"
+    first, again = sent
+    assert first["task"]["task"]["tainted_by"] == [label]
+    assert first["task"]["task"]["rev"] == first["rev"]
+    assert again["task"] is None
+
+
+def test_a_taint_by_a_worker_that_lost_its_lease_is_not_written(alice, demo):
+    journal = claimed(alice, demo.agent, owner="w1")
+    [step] = journal.append([tool_step(2, StepStatus.RUNNING)])
+    Task.objects.filter(pk=journal.task_id).update(lease_epoch=journal.epoch + 1)
+    done = step.copy(status=StepStatus.SUCCEEDED, result=[], detail={"untrusted": True})
+    with pytest.raises(LeaseLost):
+        journal.update(done)
+    assert Task.objects.get(pk=journal.task_id).tainted_by == []
+
+
 def test_a_control_check_just_after_a_write_reads_nothing_and_sees_its_cancel(
     alice, demo, monkeypatch
 ):
