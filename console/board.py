@@ -21,6 +21,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import redis
@@ -45,7 +46,9 @@ MAX_ROWS = 200
 WORKER_KEY_PREFIX = "reach:worker:"
 
 
-class RunState:
+class RunState(StrEnum):
+    """Where a run stands on the board (one section each)."""
+
     RUNNING = "running"
     QUEUED = "queued"
     PARKED = "parked"

@@ -278,7 +278,7 @@ def _run_tend(report: EvalReport, run: EvalRun, case: dict[str, Any]) -> None:
     task = Task.objects.get(pk=run.task.pk)
     run.task = task
     if task.status == Task.Status.WAITING_APPROVAL:
-        if case["approvals"] == "leave":
+        if case["approvals"] == suites.Approver.LEAVE:
             _run_finish(run, note="left waiting for approval")
             with contextlib.suppress(runs.TaskFinal):
                 runs.task_cancel(task=task, user=report.created_by)
@@ -311,7 +311,9 @@ def eval_runner() -> Any:
 
 def _simulate_approver(report: EvalReport, task: Task, approver: str) -> None:
     decision = (
-        ApprovalDecision.APPROVE if approver == "approve" else ApprovalDecision.REJECT
+        ApprovalDecision.APPROVE
+        if approver == suites.Approver.APPROVE
+        else ApprovalDecision.REJECT
     )
     for approval in ApprovalRequest.objects.filter(
         task=task, status=ApprovalRequest.Status.PENDING

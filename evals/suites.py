@@ -22,13 +22,25 @@ from __future__ import annotations
 
 import json
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "suites"
-APPROVERS = ("approve", "reject", "leave")
+
+
+class Approver(StrEnum):
+    """What a case's simulated approver does with every request of its runs."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    #: Decide nothing: the run is left waiting, then cancelled and scored.
+    LEAVE = "leave"
+
+
+APPROVERS = tuple(Approver)
 MAX_RUNS = 50
 MAX_CASES = 500
 
@@ -139,7 +151,7 @@ def _case(case: Any, index: int, seen: set[str]) -> dict[str, Any]:
         )
     if expect.get("max_steps") is not None:
         _count(expect["max_steps"], f"{where}.expect.max_steps", 10_000)
-    approvals = case.get("approvals", "reject")
+    approvals = case.get("approvals", Approver.REJECT)
     if approvals not in APPROVERS:
         raise SuiteError(f"{where}.approvals: one of {', '.join(APPROVERS)}.")
     results = case.get("results") or {}
