@@ -59,9 +59,7 @@ def test_a_client_lists_the_tools_and_gets_a_read_only_result_at_once(
     task_id = result.meta["agent-reach/task"]
 
     # Recorded as a task of the token's user, with the call as its trace.
-    http = httpx.Client(
-        base_url=stack.web_url, headers={"Authorization": f"Bearer {token}"}
-    )
+    http = stack.api({"Authorization": f"Bearer {token}"})
     listed_tasks = http.get("/api/tasks/").json()
     assert task_id in [t["id"] for t in listed_tasks]
     task = http.get(f"/api/tasks/{task_id}/").json()

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 from websockets.sync.client import connect
 
 from tests.support.cast import QUESTION
 from tests.support.clients import bearer_headers, session_cookie
 from tests.support.runs import start
-from tests.support.stack import Stack
+from tests.support.stack import Stack, ask_over_api
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -23,15 +22,8 @@ def test_the_redis_question_end_to_end_over_http_and_a_real_websocket(
     stack.start_model("redis", latency=0.3)
     stack.start_worker()
     stack.start_web()
-    http = httpx.Client(
-        base_url=stack.web_url, headers=bearer_headers(alice), timeout=10
-    )
-    conversation = http.post("/api/conversations/", json={}).json()
-    posted = http.post(
-        f"/api/conversations/{conversation['id']}/messages/", json={"content": QUESTION}
-    )
-    assert posted.status_code == 202, posted.text
-    task_id = posted.json()["task"]
+    http = stack.api(bearer_headers(alice))
+    task_id = ask_over_api(http, QUESTION)
 
     ws_url = stack.web_url.replace("http", "ws") + f"/ws/tasks/{task_id}/"
     headers = {"Cookie": f"sessionid={session_cookie(alice)}", "Origin": stack.web_url}

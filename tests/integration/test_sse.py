@@ -13,10 +13,10 @@ from websockets.sync.client import connect
 
 from infra.push import task_group
 from tests.support.cast import QUESTION
-from tests.support.clients import bearer_token
+from tests.support.clients import bearer_headers, bearer_token
 from tests.support.runs import start
 from tests.support.sse import SseEvent, SseParser, subscribers
-from tests.support.stack import Stack
+from tests.support.stack import Stack, ask_over_api
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -44,16 +44,8 @@ def test_a_program_streams_a_run_and_resumes_after_a_cut_missing_nothing(
     stack.start_model("redis", latency=3.0)
     stack.start_worker()
     stack.start_web()
-    http = httpx.Client(
-        base_url=stack.web_url,
-        headers={"Authorization": f"Bearer {bearer_token(alice)}"},
-        timeout=TIMEOUT,
-    )
-    conversation = http.post("/api/conversations/", json={}).json()
-    posted = http.post(
-        f"/api/conversations/{conversation['id']}/messages/", json={"content": QUESTION}
-    )
-    task_id = posted.json()["task"]
+    http = stack.api(bearer_headers(alice), timeout=TIMEOUT)
+    task_id = ask_over_api(http, QUESTION)
     path = f"/api/tasks/{task_id}/events/"
 
     with http.stream("GET", path, headers={"Accept": "text/event-stream"}) as live:
@@ -102,7 +94,7 @@ def test_a_program_streams_a_run_and_resumes_after_a_cut_missing_nothing(
     assert anonymous.status_code == 401
     foreign = httpx.get(
         stack.web_url + path,
-        headers={"Authorization": f"Bearer {bearer_token(bob)}"},
+        headers=bearer_headers(bob),
         timeout=TIMEOUT,
     )
     assert foreign.status_code == 404

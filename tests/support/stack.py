@@ -150,6 +150,11 @@ class Stack:
         self.procs["web"] = proc
         return proc
 
+    def api(self, headers: dict[str, str], timeout: float = 10) -> httpx.Client:
+        """An HTTP client of the started web process (``start_web``) sending
+        ``headers`` (e.g. ``clients.bearer_headers(user)``)."""
+        return httpx.Client(base_url=self.web_url, headers=headers, timeout=timeout)
+
     def start_model(self, script: str = "redis", latency: float = 0.0) -> Proc:
         port = free_port()
         proc = Proc(
@@ -183,3 +188,13 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def ask_over_api(http: httpx.Client, content: str) -> str:
+    """Start a conversation and post ``content`` as a program would; the task's id."""
+    conversation = http.post("/api/conversations/", json={}).json()
+    posted = http.post(
+        f"/api/conversations/{conversation['id']}/messages/", json={"content": content}
+    )
+    assert posted.status_code == 202, posted.text
+    return str(posted.json()["task"])
