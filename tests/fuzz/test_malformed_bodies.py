@@ -17,11 +17,11 @@ from django.apps import apps
 
 from approvals.models import ApprovalRequest
 from registry.models import Tool
-from tests.fuzz.samples import HTTP_TOOL, MALFORMED, nested, trace
 from tests.support.cast import EMAIL
 from tests.support.clients import bearer_client, decision_url, post_json
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask, pending
+from tests.support.samples import HTTP_TOOL, MALFORMED, nested, trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from audit.models import AuditEvent
 from registry.models import Tool, ToolVersion
 from registry.payloads import TOOL_FIELDS
-from tests.fuzz.samples import HTTP_TOOL
 from tests.fuzz.strategies import fuzz_settings, json_values
 from tests.support.clients import bearer_client, post_json
+from tests.support.samples import HTTP_TOOL
 
 pytestmark = pytest.mark.django_db
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from audit.models import AuditEvent
 from runs.models import Conversation, Message, Step, Task
-from tests.fuzz.samples import trace
 from tests.fuzz.strategies import fuzz_settings, json_values
 from tests.support.clients import bearer_client, logged_in, post_json
+from tests.support.samples import trace
 
 pytestmark = pytest.mark.django_db
 

@@ -12,11 +12,11 @@ from audit.models import AuditEvent
 from runs import services as runs
 from runs.models import Step, Task
 from runs.payloads import STEP_KEYS
-from tests.fuzz.samples import trace
 from tests.support.cast import EDITED_EMAIL, EMAIL
 from tests.support.clients import fork, import_trace, logged_in, trace_of
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask, decide
+from tests.support.samples import trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

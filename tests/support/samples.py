@@ -1,5 +1,5 @@
-"""Bodies the fuzz suites start from: a small importable trace document and the
-malformed bodies every JSON door must refuse."""
+"""Bodies the fuzz suites and the import tests start from: a small importable trace
+document and the malformed bodies every JSON door must refuse."""
 
 from __future__ import annotations
 
