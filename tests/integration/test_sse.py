@@ -39,9 +39,10 @@ def read_events(
 def test_a_program_streams_a_run_and_resumes_after_a_cut_missing_nothing(
     stack: Stack, alice, bob
 ):
-    # Three seconds per model call: the cut below lands mid-run even when the
-    # web process is slow to open its first stream on a loaded machine.
-    stack.start_model("redis", latency=3.0)
+    # Five seconds per model call: the cut below lands mid-run even when the
+    # web process is slow to open its first stream, or to notice the hang-up, on a
+    # loaded machine (with three seconds CI once saw the run end first).
+    stack.start_model("redis", latency=5.0)
     stack.start_worker()
     stack.start_web()
     http = stack.api(bearer_headers(alice), timeout=TIMEOUT)
