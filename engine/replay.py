@@ -346,7 +346,8 @@ def replay_decisions(
             or original.tool != step.tool
         ):
             return False
-        decision = StepDetail(original.detail).decision
+        read = StepDetail(original.detail)
+        decision = read.decision
         detail = (
             # The record as it was written, unknown keys included.
             {**step.detail, DetailKey.DECISION: original.detail[DetailKey.DECISION]}
@@ -367,9 +368,7 @@ def replay_decisions(
                 step.seq, StepStatus.SUCCEEDED, result=original.result, detail=detail
             )
         elif original.status is StepStatus.REJECTED:
-            reason = StepDetail(original.detail).reason or (
-                decision.reason if decision else None
-            )
+            reason = read.rejection_reason
             journal.decide(
                 step.seq,
                 StepStatus.REJECTED,

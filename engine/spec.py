@@ -233,7 +233,8 @@ class DecisionRecord:
     in ``extra`` and :meth:`to_json` writes them back as they were.
     """
 
-    decision: HumanDecision | None
+    #: None for a decision this version does not know.
+    decision: HumanDecision | None = None
     by: str | None = None
     at: str | None = None
     reason: str | None = None
@@ -249,7 +250,6 @@ class DecisionRecord:
     def from_json(cls, data: Any) -> DecisionRecord | None:
         if not isinstance(data, Mapping) or not data:
             return None
-        known = {f.name for f in fields(cls)} - {"extra"}
         return cls(
             decision=_human_decision(data.get("decision")),
             by=_text(data.get("by")),
@@ -258,7 +258,7 @@ class DecisionRecord:
             edited=bool(data.get("edited")),
             approval=_text(data.get("approval")),
             recovery=bool(data.get("recovery")),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra={k: v for k, v in data.items() if k not in _DECISION_KEYS},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -294,7 +294,6 @@ class ApprovalRecord:
     def from_json(cls, data: Any) -> ApprovalRecord | None:
         if not isinstance(data, Mapping):
             return None
-        known = {f.name for f in fields(cls)} - {"extra"}
         return cls(
             reasons=tuple(str(r) for r in data.get("reasons") or ()),
             preview=_text(data.get("preview")),
@@ -303,7 +302,7 @@ class ApprovalRecord:
             ttl_s=_number(data.get("ttl_s")),
             risk=_text(data.get("risk")),
             tainted_by=tuple(str(t) for t in data.get("tainted_by") or ()),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra={k: v for k, v in data.items() if k not in _APPROVAL_KEYS},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -317,6 +316,11 @@ class ApprovalRecord:
             "risk": self.risk,
             "tainted_by": list(self.tainted_by),
         }
+
+
+#: The keys each record reads; any other key of the stored object is ``extra``.
+_DECISION_KEYS = frozenset(f.name for f in fields(DecisionRecord)) - {"extra"}
+_APPROVAL_KEYS = frozenset(f.name for f in fields(ApprovalRecord)) - {"extra"}
 
 
 def _human_decision(value: Any) -> HumanDecision | None:
@@ -377,6 +381,12 @@ class StepDetail:
     @property
     def waited_for_approval(self) -> bool:
         return DetailKey.APPROVAL in (self.data or {})
+
+    @property
+    def rejection_reason(self) -> str | None:
+        """Why the call was rejected: the step's reason, else its decision's."""
+        decision = self.decision
+        return self.reason or (decision.reason if decision else None)
 
 
 @dataclass(frozen=True)

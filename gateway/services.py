@@ -184,8 +184,8 @@ def gateway_call_outcome(*, task_id: Any) -> CallOutcome:
         return _outcome(task, dumps(step.result), is_error=False, result=step.result)
     if step.status == StepStatus.REJECTED:
         read = StepDetail(detail)
-        decision = read.decision or DecisionRecord(decision=None)
-        reason = read.reason or decision.reason or ""
+        decision = read.decision or DecisionRecord()
+        reason = read.rejection_reason or ""
         who = decision.by
         text = f"Rejected by {who}" if who else "Rejected"
         return _outcome(

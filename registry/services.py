@@ -323,8 +323,9 @@ def toolbox_for_snapshot(snapshot: AgentSnapshot | Mapping[str, Any]) -> Toolbox
 
 #: What each field of a definition may be in JSON: the spec's fields as
 #: ToolSpec types them, ``enabled``, and the implementation fields that apply.
+_SPEC_TYPES = {**ToolSpec.json_types(), "enabled": (bool,)}
 _DEFINITION_TYPES: dict[str, tuple[type, ...]] = {
-    name: {**ToolSpec.json_types(), "enabled": (bool,)}[name] for name in TOOL_FIELDS
+    name: _SPEC_TYPES[name] for name in TOOL_FIELDS
 } | {"handler": (str,), "http": (dict,)}
 
 

@@ -362,7 +362,8 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
         planned = (parent.finished_at if parent else None) or step.started_at
         final_at = step.finished_at or step.started_at or planned
         detail = step.detail or {}
-        waited = StepDetail(detail).waited_for_approval
+        read = StepDetail(detail)
+        waited = read.waited_for_approval
         if step.started_at is None and not waited:
             # Decided at planning time (denied, invalid, deduplicated, skipped).
             add(planned, step, _html(step), StepKind.TOOL_CALL)
@@ -385,7 +386,7 @@ def replay_frames(task: Task, steps: list[Step]) -> dict[str, Any]:
                 ),
                 StepKind.TOOL_CALL,
             )
-            decision = StepDetail(detail).decision
+            decision = read.decision
             if decision is not None and decision.decision is HumanDecision.APPROVE:
                 add(
                     _time(decision.at) or step.started_at,

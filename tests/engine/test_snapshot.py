@@ -258,3 +258,12 @@ def test_an_approval_record_round_trips_and_reads_an_older_one() -> None:
     older = ApprovalRecord.from_json({"reasons": ["x"]})
     assert older == ApprovalRecord(reasons=("x",))
     assert older.ttl_s is None and older.preview is None
+
+
+def test_a_rejection_reason_is_the_steps_else_its_decisions() -> None:
+    decided = {"decision": "reject", "by": "operator", "reason": "not now"}
+    assert StepDetail({DetailKey.DECISION: decided}).rejection_reason == "not now"
+    both = {DetailKey.REASON: "on the step", DetailKey.DECISION: decided}
+    assert StepDetail(both).rejection_reason == "on the step"
+    assert StepDetail(None).rejection_reason is None
+    assert DecisionRecord() == DecisionRecord(decision=None)
