@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from evals import services
 from evals import tasks as celery_tasks
-from evals.models import EvalReport
+from evals.models import EvalReport, Suite
 from runs.api.common import error_response, paginate
 
 
@@ -38,20 +38,17 @@ def _str(data: Any, key: str) -> str | None:
 
 
 def start_report(user: Any, data: Any) -> EvalReport:
-    """Validate a start request (the API's and the page's) and enqueue its driver."""
+    """Validate a start request (the API's and the page's) and enqueue its driver.
+
+    Nothing is stored unless the report starts: who may start one is checked
+    before the request is read, and a suite sent with it is saved in the
+    report's transaction.
+    """
+    services.eval_access_check(user)
     if not isinstance(data, dict):
         raise services.EvalError("Send an object: suite (a name) or document.")
-    if data.get("document") is not None:
-        suite = services.suite_upload(data["document"])
-    else:
-        name = _str(data, "suite")
-        if name is None:
-            raise services.EvalError("suite: the name of a suite (or send document).")
-        if "/" in name or name.endswith((".yaml", ".yml", ".json")):
-            # Files are the command's: the web process reads no paths it is sent.
-            raise services.EvalError("suite: a suite's name, not a path.")
-        suite = services.suite_resolve(name)
     with transaction.atomic():
+        suite = _requested_suite(data)
         report = services.report_create(
             suite=suite,
             user=user,
@@ -62,6 +59,18 @@ def start_report(user: Any, data: Any) -> EvalReport:
         )
         transaction.on_commit(lambda: celery_tasks.drive.delay(str(report.pk)))
     return report
+
+
+def _requested_suite(data: dict[str, Any]) -> Suite:
+    if data.get("document") is not None:
+        return services.suite_upload(data["document"])
+    name = _str(data, "suite")
+    if name is None:
+        raise services.EvalError("suite: the name of a suite (or send document).")
+    if "/" in name or name.endswith((".yaml", ".yml", ".json")):
+        # Files are the command's: the web process reads no paths it is sent.
+        raise services.EvalError("suite: a suite's name, not a path.")
+    return services.suite_resolve(name)
 
 
 class EvalList(APIView):

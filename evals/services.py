@@ -122,6 +122,19 @@ def _suite_store(document: dict[str, Any], source: str) -> Suite:
 # -- reports -----------------------------------------------------------------------
 
 
+def eval_access_check(user: Any) -> None:
+    """Raise :class:`EvalError` (403) unless ``user`` may start an evaluation."""
+    if not can_run_evals(user):
+        raise EvalError("You do not have permission to run evaluations.", 403)
+    if not can_decide(user):
+        # The simulated approver decides as the person who started the report.
+        raise EvalError(
+            "Running an evaluation decides its approvals as you: you need the "
+            "permission to decide approvals too.",
+            403,
+        )
+
+
 def report_create(
     *,
     suite: Suite,
@@ -132,15 +145,7 @@ def report_create(
     concurrency: int = 4,
 ) -> EvalReport:
     """A report of ``suite`` with its runs planned (none started)."""
-    if not can_run_evals(user):
-        raise EvalError("You do not have permission to run evaluations.", 403)
-    if not can_decide(user):
-        # The simulated approver decides as the person who started the report.
-        raise EvalError(
-            "Running an evaluation decides its approvals as you: you need the "
-            "permission to decide approvals too.",
-            403,
-        )
+    eval_access_check(user)
     document = suite.document
     name = agent or document.get("agent")
     profile = Agent.objects.filter(name=name).first() if name else default_agent()

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from effects.models import Outbox, Ticket
 from evals import services as evals
-from evals.models import EvalReport, EvalRun
+from evals.models import EvalReport, EvalRun, Suite
 from evals.suites import SuiteError, parse
 from runs.models import Conversation, Task
 from tests.support.clients import logged_in
@@ -123,6 +123,24 @@ def test_the_api_starts_a_report_and_reads_it(api_client_for, operator, alice):
         .status_code
         == 403
     )
+
+
+def test_a_start_refused_stores_nothing_it_was_sent(api_client_for, operator, alice):
+    document = {**TICKET_SUITE, "name": "sent-by-alice"}
+    api = api_client_for(alice)
+    for body in ({}, {"suite": "nope"}, {"document": document}):
+        refused = api.post("/api/evals/", body, format="json")
+        assert refused.status_code == 403, (body, refused.content)
+    assert not Suite.objects.filter(name="sent-by-alice").exists()
+    # A report that cannot start (no such agent) keeps no suite it was sent either.
+    failed = api_client_for(operator).post(
+        "/api/evals/",
+        {"document": document, "agent": "nobody"},
+        format="json",
+    )
+    assert failed.status_code == 400 and "nobody" in failed.json()["error"]
+    assert not Suite.objects.filter(name="sent-by-alice").exists()
+    assert not EvalReport.objects.exists()
 
 
 def test_the_page_starts_a_report_and_shows_its_cases(model, operator):
