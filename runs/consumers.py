@@ -4,8 +4,9 @@ Browsers come with their session cookie and must come from our Origin. Programs
 come with a bearer token offered as a subprotocol, ``Sec-WebSocket-Protocol:
 bearer, <token>``, and the server answers ``bearer``: never a query string, which
 lands in access logs. Such a socket is the token's user whatever cookie rides
-along, so the Origin check (against pages that borrow the browser's cookie) does
-not apply to it: a foreign page cannot send a token it does not hold.
+along. Programs send no Origin header, so a token socket needs none; one that
+does send it (a page in a browser) must name our host like any other: API.md
+refuses every socket from a foreign Origin.
 """
 
 from __future__ import annotations
@@ -49,8 +50,9 @@ def offered_token(scope: dict[str, Any]) -> str | None:
 
 
 class OriginOrBearerValidator:
-    """Before routing: refuse a socket from a foreign Origin, unless it offers a
-    bearer token (which the consumer checks instead, ignoring any cookie).
+    """Before routing: refuse a socket from a foreign Origin, and one with no
+    Origin unless it offers a bearer token (which the consumer checks, ignoring
+    any cookie).
 
     Programs send no Origin header, so Channels' AllowedHostsOriginValidator
     alone would refuse every one of them.
@@ -61,15 +63,19 @@ class OriginOrBearerValidator:
         self.origin_checked = AllowedHostsOriginValidator(application)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if offered_token(scope) is not None:
+        if offered_token(scope) is not None and not origin_of(scope):
             return await self.application(scope, receive, send)
         return await self.origin_checked(scope, receive, send)
 
 
+def origin_of(scope: dict[str, Any]) -> str:
+    """The socket's Origin header; "" when it sent none."""
+    return dict(scope.get("headers") or []).get(b"origin", b"").decode("latin-1")
+
+
 def origin_allowed(scope: dict[str, Any]) -> bool:
     """The Origin header must name one of our hosts (the browser's own page)."""
-    headers = dict(scope.get("headers") or [])
-    origin = headers.get(b"origin", b"").decode("latin-1")
+    origin = origin_of(scope)
     if not origin:
         return False
     host = (urlparse(origin).hostname or "").lower()
@@ -121,6 +127,8 @@ class ReachConsumer(AsyncJsonWebsocketConsumer):
             if not origin_allowed(self.scope):
                 return None
             return user, user_group(user.pk), None
+        if origin_of(self.scope) and not origin_allowed(self.scope):
+            return None
         found = await database_sync_to_async(token_user)(key) if key else None
         if found is None:
             return None

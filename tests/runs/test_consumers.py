@@ -344,6 +344,39 @@ async def test_a_bad_missing_or_foreign_token_is_refused_whatever_the_cookie(
         assert not connected and code == 4403, offered
 
 
+async def test_a_token_socket_from_a_foreign_origin_is_refused_from_ours_it_opens(
+    alice, operator, demo
+):
+    """API.md: every socket from a foreign Origin is refused, a token socket too
+    (programs send no Origin; a page that sends one must be ours)."""
+    task = await task_with_steps(alice, demo.agent)
+    _, alices = await token_of(alice)
+    _, operators = await token_of(operator)
+    evil = (b"origin", b"http://evil.example.com")
+    for make in (
+        lambda origin: task_socket(
+            AnonymousUser(),
+            str(task.pk),
+            origin=origin,
+            subprotocols=["bearer", alices],
+        ),
+        lambda origin: queue_socket(
+            AnonymousUser(), origin=origin, subprotocols=["bearer", operators]
+        ),
+        lambda origin: WebsocketCommunicator(
+            application,
+            f"/ws/tasks/{task.pk}/",
+            headers=[origin],
+            subprotocols=["bearer", alices],
+        ),
+    ):
+        connected, _ = await make(evil).connect()
+        assert not connected
+        ours = make(ORIGIN)
+        assert await ours.connect() == (True, "bearer")
+        await ours.disconnect()
+
+
 async def test_through_the_asgi_stack_a_token_needs_no_origin_and_a_cookie_does(
     alice, demo
 ):
