@@ -10,6 +10,7 @@ from effects import search
 from effects.models import Note, Ticket
 from effects.services import effect_once, outbox_dispatch, queue_email
 from engine.execution import ToolError
+from engine.formats import is_email
 from engine.safe_eval import EvaluationError, evaluate_arithmetic
 from engine.spec import CallContext
 from registry.handlers import register
@@ -72,6 +73,12 @@ def create_ticket(arguments: dict[str, Any], context: CallContext) -> dict[str, 
 
 @register("send_email")
 def send_email(arguments: dict[str, Any], context: CallContext) -> dict[str, Any]:
+    # The seeded schema says so too ("format": "email"), but an older or edited
+    # definition may not: a list or a name is never handed to the mail server.
+    if not is_email(str(arguments["to"])):
+        raise ToolError(
+            f"to: one email address, e.g. ops@example.com (got {arguments['to']!r})."
+        )
     result = effect_once(
         context=context,
         arguments=arguments,

@@ -106,6 +106,7 @@ DEMO_TOOLS: list[dict[str, Any]] = [
             "properties": {
                 "to": {
                     "type": "string",
+                    "format": "email",
                     "description": "One email address, e.g. ops@example.com",
                 },
                 "subject": {"type": "string", "description": "The subject line"},

@@ -93,6 +93,9 @@ def test_an_edited_approval_records_the_diff_and_runs_the_edited_call(
         ({**EMAIL, "cc": "boss@example.com"}, "cc"),
         ({**EMAIL, "subject": 42}, "subject"),
         (["not", "an", "object"], "object"),
+        # API.md: send_email's "to" is one address.
+        ({**EMAIL, "to": "ops@example.com, boss@example.com"}, "e-mail address"),
+        ({**EMAIL, "to": "not an email address"}, "e-mail address"),
     ],
 )
 def test_an_edit_failing_the_schema_answers_400_with_the_reason_and_stays_pending(
@@ -111,6 +114,31 @@ def test_an_edit_failing_the_schema_answers_400_with_the_reason_and_stays_pendin
     assert approval.arguments == EMAIL
     assert approval.votes.count() == 0
     assert Step.objects.get(pk=approval.step_id).status == "waiting_approval"
+
+
+def test_send_email_defined_without_the_format_still_mails_one_address_only(
+    alice, operator, demo, email_waiting, api_client_for
+):
+    # An instance seeded before the schema said "format": "email".
+    tool = Tool.objects.get(name="send_email")
+    tool.parameters = {
+        **tool.parameters,
+        "properties": {**tool.parameters["properties"], "to": {"type": "string"}},
+    }
+    tool_save(tool=tool, user=demo.admin)
+    task, [approval], _ = email_waiting(alice, demo.agent)
+    two = {**EMAIL, "to": "ops@example.com, boss@example.com"}
+    response = post_decision(
+        api_client_for(operator), approval, decision="approve", arguments=two
+    )
+    assert response.status_code == 200, response.json()
+
+    task = advance(task)
+
+    step = task.steps.get(tool="send_email")
+    assert step.status == "failed"
+    assert "one email address" in step.error
+    assert Outbox.objects.count() == 0 and len(mail.outbox) == 0
 
 
 def test_the_run_refuses_arguments_other_than_the_approved_ones(
