@@ -16,9 +16,10 @@ loading a run from the database is ``traces/replay.py``.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .canonical import canonical_hash, canonical_json
@@ -62,6 +63,12 @@ class ReplayModelClient:
         self._calls = [s for s in recorded if s.kind is StepKind.MODEL_CALL]
         self._next = 0
         self._lock = threading.Lock()
+        # A fork planned its edited call with the forker's arguments, not the
+        # model's (traces/fork.py): so does its re-run.
+        self._forked = {
+            (s.parent_seq, s.call_index): s.arguments
+            for s in forked_edits(recorded).values()
+        }
 
     @property
     def exhausted(self) -> bool:
@@ -86,6 +93,12 @@ class ReplayModelClient:
             )
         message = dict(step.response)
         content, calls = parse_message(message)
+        calls = [
+            replace(call, raw_arguments=json.dumps(edit, ensure_ascii=False))
+            if (edit := self._forked.get((step.seq, call.index))) is not None
+            else call
+            for call in calls
+        ]
         return ModelReply(
             message=message,
             content=content,
@@ -166,12 +179,40 @@ class ReplayJournal(MemoryJournal):
 
     replay_client: ReplayModelClient | None = None
     ended_by: str | None = None
+    #: A fork's edited calls, by seq: what the edit recorded of the model's own
+    #: call is the record's, as a recorded decision is.
+    forked: Mapping[int, StepRecord] = field(default_factory=dict)
+    #: The recorded steps, by seq.
+    recorded: Mapping[int, StepRecord] = field(default_factory=dict)
+
+    def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
+        return super().append([self._as_forked(step) for step in steps])
+
+    def _as_forked(self, step: StepRecord) -> StepRecord:
+        edit = self.forked.get(step.seq)
+        if edit is None or step.kind is not StepKind.TOOL_CALL:
+            return step
+        return step.copy(
+            raw_arguments=edit.raw_arguments,
+            proposed_arguments=edit.proposed_arguments,
+            detail={**step.detail, DetailKey.FORK: edit.detail[DetailKey.FORK]},
+        )
 
     def _at_recorded_end(self) -> bool:
+        """The recorded replies are used up, and no call is left open that the
+        recorded run went on to run (it ended before the rest)."""
         return (
             self.replay_client is not None
             and self.replay_client.exhausted
-            and not self._open_tool_steps()
+            and all(self._never_ran(step) for step in self._open_tool_steps())
+        )
+
+    def _never_ran(self, step: StepRecord) -> bool:
+        recorded = self.recorded.get(step.seq)
+        return (
+            recorded is not None
+            and recorded.status is StepStatus.SKIPPED
+            and recorded.error_class == ErrorClass.CANCELLED
         )
 
     def control(self) -> Control:
@@ -288,8 +329,10 @@ def rerun(
         inherited_taint=list(run.inherited_taint),
         replay_client=client,
         ended_by=run.stop_reason,
+        forked=forked_edits(run.steps),
+        recorded={s.seq: s for s in run.steps},
     )
-    recorded = {s.seq: s for s in run.steps}
+    recorded = journal.recorded
     try:
         # Each pass ends finished or parked; a park is answered from the record.
         for _ in range(len(run.steps) + 2):
@@ -315,6 +358,15 @@ def rerun(
         steps=list(journal.steps),
         stop_reason=got_reason,
     )
+
+
+def forked_edits(steps: Sequence[StepRecord]) -> dict[int, StepRecord]:
+    """The tool calls a fork re-ran with edited arguments, by seq."""
+    return {
+        s.seq: s
+        for s in steps
+        if s.kind is StepKind.TOOL_CALL and StepDetail(s.detail).fork.get("edited")
+    }
 
 
 def given_notes(steps: Sequence[StepRecord]) -> list[StepRecord]:

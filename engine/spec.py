@@ -377,6 +377,9 @@ class StepDetail:
     finish_reason = _Key(DetailKey.FINISH_REASON, _text)
     #: A forked step's origin: ``{"task": id, "seq": n}``.
     copied_from = _Key(DetailKey.COPIED_FROM, _object)
+    #: The call a fork re-ran with the arguments its forker gave
+    #: (``{"edited": true, "parent": id, "original_arguments": ...}``).
+    fork = _Key(DetailKey.FORK, _object)
 
     @property
     def waited_for_approval(self) -> bool:

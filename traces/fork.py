@@ -217,7 +217,14 @@ def _replanned(
             ErrorClass.INVALID_ARGUMENTS,
         ):
             raise ForkError(record.error or "The edited arguments are invalid.")
-        record.proposed_arguments = original.arguments
+        # API.md's two fields still speak of the model's call: the string it
+        # sent, and its object (what ran in the parent may be an approver's edit).
+        record.raw_arguments = original.raw_arguments
+        record.proposed_arguments = (
+            original.proposed_arguments
+            if original.proposed_arguments is not None
+            else original.arguments
+        )
         record.detail[DetailKey.FORK] = {
             "edited": True,
             "parent": str(parent.pk),

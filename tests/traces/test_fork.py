@@ -115,6 +115,41 @@ def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
     assert Ticket.objects.get(title="Cache v2").task_id == child.pk
 
 
+def test_a_forked_edit_keeps_the_models_own_call_as_raw_and_proposed_arguments(
+    alice, operator, demo, model, api_client_for
+):
+    """API.md: raw_arguments is the string the model sent, proposed_arguments the
+    model's object; neither is the parent approver's edit nor the fork's."""
+    model(
+        Script(
+            [
+                # The note taints the run, so the ticket waits for an approver.
+                tool_call("search_notes", {"keyword": "Redis"}),
+                tool_call("create_ticket", TICKET),
+                text("ticket made"),
+            ]
+        )
+    )
+    parent = ask(alice, demo.agent, "ticket the Redis note")
+    edited = {"title": "Edited by the approver", "body": "Theirs."}
+    parent = decide(parent, operator, "approve", arguments=edited)
+    original = parent.steps.get(seq=4)
+    assert original.arguments == edited and original.proposed_arguments == TICKET
+
+    response = fork(
+        api_client_for(alice),
+        parent,
+        from_seq=4,
+        arguments={"title": "Cache v2", "body": "Again."},
+    )
+
+    assert response.status_code == 202, response.content
+    step = Task.objects.get(pk=response.json()["task"]).steps.get(seq=4)
+    assert step.arguments == {"title": "Cache v2", "body": "Again."}
+    assert step.proposed_arguments == TICKET
+    assert step.raw_arguments == original.raw_arguments
+
+
 def test_a_fork_from_a_model_call_asks_another_model_again(
     redis_task, redis_script, alice, api_client_for
 ):

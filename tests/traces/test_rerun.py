@@ -12,9 +12,11 @@ from effects.models import Ticket
 from registry.models import Tool
 from registry.services import tool_save
 from runs import services as runs
+from runs.models import Task
 from tests.support.cast import EDITED_EMAIL, EMAIL, QUESTION, TICKET
+from tests.support.clients import fork
 from tests.support.replies import Script, text, tool_call, tool_calls
-from tests.support.runs import ask
+from tests.support.runs import advance, ask
 from traces.replay import task_rerun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -133,6 +135,32 @@ def test_a_stricter_schema_makes_the_re_run_diverge_at_that_call(
     assert divergence["expected"]["tool"] == "calculate"
     assert divergence["expected"]["status"] == "succeeded"
     assert divergence["got"]["status"] == "failed"
+    assert divergence["got"]["error_class"] == "invalid_arguments"
+
+
+def test_a_fork_with_edited_arguments_re_runs_with_them_and_still_detects_a_change(
+    redis_task, alice, admin_user, api_client_for
+):
+    """A fork planned its call at N with the forker's arguments: its re-run does
+    too (the model's reply still names the original ones), then compares."""
+    response = fork(
+        api_client_for(alice), redis_task, from_seq=4, arguments={"expression": "7*6"}
+    )
+    child = advance(Task.objects.get(pk=response.json()["task"]))
+    assert child.steps.get(seq=4).result == {"expression": "7*6", "result": 42}
+
+    assert task_rerun(task=child).as_dict() == {"matches": True, "divergence": None}
+
+    # The edited arguments go through today's schema like any call's.
+    tool = Tool.objects.get(name="calculate")
+    tool.parameters = {
+        **tool.parameters,
+        "properties": {"expression": {"type": "string", "maxLength": 2}},
+    }
+    tool_save(tool=tool, user=admin_user)
+    divergence = task_rerun(task=child).as_dict()["divergence"]
+    assert divergence["seq"] == 4
+    assert divergence["expected"]["arguments"] == {"expression": "7*6"}
     assert divergence["got"]["error_class"] == "invalid_arguments"
 
 
