@@ -1,5 +1,26 @@
-// Trace detail: timing bars (the CSP forbids inline styles), re-run and fork.
-import { api } from "./taskstream.js";
+// Trace detail: timing bars (the CSP forbids inline styles), re-run and fork;
+// a run still going is followed live (the page is drawn again as it changes).
+import { api, TaskStream } from "./taskstream.js";
+
+const live = document.getElementById("live");
+if (live) {
+  // The timeline, its lanes and the fork forms are drawn by the server: draw
+  // the whole page again (at most once a second) when the run changes.
+  let redraw = null;
+  const changed = () => {
+    if (redraw === null) redraw = setTimeout(() => window.location.reload(), 1000);
+  };
+  new TaskStream(live.dataset.task, {
+    afterRev: Number(live.dataset.rev || 0),
+    onStep: changed,
+    onTask: (task) => {
+      if (task.status !== live.dataset.status) changed();
+    },
+    onClose: () => {
+      live.textContent = "live updates stopped: your session ended; reload the page";
+    },
+  });
+}
 
 const LANE_HEIGHT = 18;
 

@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 
 from approvals.models import ApprovalRequest
 from effects.models import Outbox
+from runs.models import Task
 from tests.support import cast
 from tests.support.browser import TIMEOUT_MS, log_in
 from tests.support.replies import AnyReply, RecordingHandler, text, tool_call
@@ -115,6 +116,32 @@ def test_the_operator_approves_alices_email_and_her_chat_shows_the_result_live(
     assert approval.decided_by.username == "operator"
     assert Outbox.objects.get().status == "sent"
     assert len(list((tmp_path / "mail").iterdir())) == 1
+
+
+def test_a_trace_opened_while_its_run_waits_follows_it_to_the_end(
+    browser, stack: Stack, served
+):
+    served(EmailScript())
+    alice = log_in(browser, stack, "alice")
+    ask_for_the_email(alice)
+    task = Task.objects.get()
+    operator = log_in(browser, stack, "operator")
+    trace = operator.context.new_page()
+    trace.goto(f"/traces/{task.pk}/")
+    expect(trace.get_by_test_id("task-status")).to_have_text("waiting_approval")
+    expect(trace.locator("#live")).to_contain_text("follows it live")
+
+    operator.goto("/approvals/")
+    card = operator.locator(".approval-card")
+    card.get_by_role("button", name="Approve", exact=True).click()
+
+    # Nobody reloads the trace: it draws itself again as the run goes on.
+    expect(trace.get_by_test_id("task-status")).to_have_text("succeeded")
+    expect(trace.get_by_test_id("answer")).to_have_text(
+        "Done: the report went to ops@example.com."
+    )
+    expect(trace.locator("#live")).to_have_count(0)
+    expect(trace.locator("#rerun")).to_be_visible()
 
 
 class Scene(NamedTuple):
