@@ -515,6 +515,21 @@ class ToolAdmin(AccessAdminMixin, ToolQualityMixin, HttpTryItMixin, admin.ModelA
     def tag_list(self, obj: Tool) -> str:
         return ", ".join(obj.tags or [])
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Never deleted, so never offered: steps name a tool by name and version,
+        # and a tool made again under its name would number its versions anew.
+        return False
+
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        if "enabled" in form.base_fields:
+            form.base_fields["enabled"].help_text = (
+                "Untick to retire the tool: it is offered to no agent and runs for "
+                "nobody. Tools are not deleted; their versions are the history "
+                "that traces name."
+            )
+        return form
+
     def save_model(
         self, request: HttpRequest, obj: Tool, form: Any, change: bool
     ) -> None:
@@ -712,6 +727,13 @@ class MCPServerAdmin(admin.ModelAdmin):
     @admin.display(description="imported tools")
     def tool_count(self, obj: MCPServer) -> int:
         return Tool.objects.filter(mcp_server=obj).count()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Its imported tools are never deleted (ToolAdmin): a server that has
+        # some is disabled instead.
+        if obj is not None and Tool.objects.filter(mcp_server=obj).exists():
+            return False
+        return super().has_delete_permission(request, obj)
 
     def get_urls(self) -> list[URLPattern]:
         urls = super().get_urls()

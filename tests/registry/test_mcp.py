@@ -139,6 +139,22 @@ def test_import_over_stdio_maps_annotations_to_an_unconfirmed_disabled_policy(
     assert ToolVersion.objects.get(tool__name="lookup_order").changed_by == demo.admin
 
 
+def test_a_server_with_imported_tools_is_disabled_not_deleted(
+    orders, demo, listed, client
+):
+    client.force_login(demo.admin)
+    empty = MCPServer.objects.create(name="unused", transport="stdio", command=["x"])
+    assert (
+        client.get(f"/admin/registry/mcpserver/{empty.pk}/delete/").status_code == 200
+    )
+
+    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+
+    url = f"/admin/registry/mcpserver/{orders.pk}/"
+    assert client.get(f"{url}delete/").status_code == 403
+    assert f"{url}delete/" not in client.get(f"{url}change/").content.decode()
+
+
 def test_import_over_http_maps_annotations_the_same_way(orders_http, demo):
     mcp.mcp_import_tools(server=orders_http, user=demo.admin)
 

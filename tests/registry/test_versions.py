@@ -95,6 +95,22 @@ def test_an_unchanged_admin_form_makes_no_version(client, demo):
     assert tool.versions.count() == 1
 
 
+@pytest.mark.django_db
+def test_the_admin_offers_retiring_a_tool_not_deleting_it(client, demo):
+    """Steps name a tool by name and version: a tool is never deleted, so the
+    admin offers no Delete that would then refuse, and says what to do instead."""
+    client.force_login(demo.admin)
+    tool = Tool.objects.get(name="search_notes")
+
+    url = f"/admin/registry/tool/{tool.pk}/"
+    change = client.get(f"{url}change/").content.decode()
+
+    assert f"{url}delete/" not in change and "Untick to retire the tool" in change
+    assert client.get(f"{url}delete/").status_code == 403
+    assert "delete_selected" not in client.get("/admin/registry/tool/").content.decode()
+    assert Tool.objects.filter(pk=tool.pk).exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_trace_records_the_tool_version_each_run_used(alice, demo, model):
     model(
