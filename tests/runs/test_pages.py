@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.test import Client
 
@@ -100,3 +102,19 @@ def test_the_composer_takes_its_maxlength_from_the_message_limit(alice, settings
     html = logged_in(alice).get("/").content.decode()
     assert 'maxlength="1234"' in html
     assert 'maxlength="8000"' not in html
+
+
+def test_a_page_refused_or_not_found_keeps_the_navigation_and_a_way_back(alice, demo):
+    client = logged_in(alice)
+
+    refused = client.get("/console/")
+    missing = client.get(f"/traces/{uuid.uuid4()}/")
+
+    assert refused.status_code == 403 and missing.status_code == 404
+    for page in (refused, missing):
+        html = page.content.decode()
+        assert 'class="topbar"' in html and 'href="/traces/"' in html
+        assert "Back to the chat" in html
+    assert "You may not open this page" in refused.content.decode()
+    # The API keeps its JSON answers.
+    assert client.get(f"/api/tasks/{uuid.uuid4()}/").json()["error"]
