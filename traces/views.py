@@ -138,7 +138,7 @@ def trace_list(request: HttpRequest) -> HttpResponse:
             "query": query.urlencode(),
             "statuses": Task.Status.values,
             "stop_reasons": Task.StopReason.values,
-            "agents": Agent.objects.order_by("name"),
+            "agents": agents_of(visible),
             "tools": sorted(set(tools.values_list("tool", flat=True).distinct())),
             "intents": intents_of(visible),
             # What the runs listed cost (a conversation's, an agent's, a user's).
@@ -146,6 +146,14 @@ def trace_list(request: HttpRequest) -> HttpResponse:
             "show_user": auditor,
             "can_import": auditor,
         },
+    )
+
+
+def agents_of(tasks: QuerySet[Task]) -> QuerySet[Agent]:
+    """The agents ``tasks`` ran with, for the filters: no name of an agent the
+    viewer has no run of (and may not even use)."""
+    return Agent.objects.filter(pk__in=tasks.order_by().values("agent_id")).order_by(
+        "name"
     )
 
 
@@ -636,7 +644,7 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
             "intent_rows": intents,
             "intents": intents_of(visible_tasks(request.user)),
             "filters": params,
-            "agents": Agent.objects.order_by("name"),
+            "agents": agents_of(visible_tasks(request.user)),
             "show_user": can_audit(request.user),
         },
     )

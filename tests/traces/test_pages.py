@@ -11,6 +11,7 @@ import pytest
 from django.utils import timezone
 
 from engine.spec import StepKind, StepRecord, StepStatus, StopReason
+from registry.models import Agent
 from runs import services as runs
 from runs.models import Task
 from tests.support.cast import EMAIL
@@ -310,3 +311,18 @@ def test_the_stats_page_charts_calls_failures_latency_tokens_stops_and_approvals
     assert "<script" not in html.split("</main>")[0].split("<main")[1]
     # The auditor sees bob's run too.
     assert "<td>final_answer</td><td>4</td>" in page(operator, "/traces/stats/")
+
+
+def test_the_agent_filters_name_only_agents_of_runs_the_viewer_sees(
+    alice, bob, operator, demo, model
+):
+    model(Script([text("bob's answer")]))
+    Agent.objects.create(name="bobs-desk")  # a run of bob's only
+    ask(bob, Agent.objects.get(name="bobs-desk"), "bob asks")
+    agent_filter = re.compile(r'<select name="agent">(.*?)</select>', re.S)
+
+    for path in ("/traces/", "/traces/stats/"):
+        mine = agent_filter.search(page(alice, path)).group(1)
+        everyone = agent_filter.search(page(operator, path)).group(1)
+        assert "bobs-desk" not in mine, path
+        assert "bobs-desk" in everyone, path
