@@ -115,9 +115,12 @@ def reach_tools_chat_handler(
         prompt = tokenize_prompt(llama, plan.segments)
         room = llama.n_ctx() - len(prompt)
         if room <= 0:
+            # llama.cpp's own words: the server answers them with OpenAI's 400
+            # context_length_exceeded, which no client retries (any other
+            # message is a 500, and clients try the same prompt again).
             raise ValueError(
-                f"the prompt has {len(prompt)} tokens, more than the context window "
-                f"of {llama.n_ctx()}"
+                f"Requested tokens ({len(prompt)}) exceed context window of "
+                f"{llama.n_ctx()}"
             )
         wanted = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
         grammar = (

@@ -9,6 +9,7 @@ for llama-cpp's ``Llama`` (the real grammar class, no weights).
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -234,3 +235,34 @@ def test_an_answer_is_asked_once_and_shown_as_the_assistant_would(
     message = result["choices"][0]["message"]
     assert message["content"] == shown
     assert len(llama.grammars) == 1
+
+
+class SmallWindowLlama(StandInLlama):
+    def n_ctx(self) -> int:
+        return 8
+
+
+def test_a_prompt_longer_than_the_window_is_a_400_that_clients_do_not_retry():
+    pytest.importorskip("llama_cpp")
+    from llama_cpp.server.errors import RouteErrorHandler
+
+    from localmodel.handler import reach_tools_chat_handler
+
+    with pytest.raises(ValueError) as refused:
+        reach_tools_chat_handler(
+            llama=SmallWindowLlama([]),  # type: ignore[arg-type]
+            messages=OPEN_A_TICKET,
+            tools=TOOLS,
+            tool_choice="auto",
+        )
+
+    # What the server (llama_cpp.server) answers for that error.
+    answers = [
+        formatter(SimpleNamespace(max_tokens=None, messages=[]), match)
+        for pattern, formatter in RouteErrorHandler.pattern_and_formatters.items()
+        if (match := pattern.search(str(refused.value)))
+    ]
+    assert len(answers) == 1, str(refused.value)
+    status, body = answers[0]
+    assert status == 400 and body["code"] == "context_length_exceeded"
+    assert "maximum context length is 8 tokens" in body["message"]
