@@ -17,7 +17,7 @@ from registry.payloads import (
     ToolSection,
     tool_definition,
 )
-from registry.services import tool_from_definition
+from registry.services import tool_clean, tool_from_definition
 
 
 def test_the_definition_lists_the_specs_fields_in_order_then_enabled() -> None:
@@ -62,3 +62,23 @@ def test_the_api_schema_documents_every_key_a_definition_has(
         Tool(name="remote", kind=Tool.Kind.MCP, mcp_server=server, mcp_tool="read"),
     ):
         assert set(tool_definition(tool)) <= documented, tool.kind
+
+
+@pytest.mark.parametrize("rule", ["", "   "])
+def test_an_empty_approval_rule_is_named_once_on_the_rule(rule: str) -> None:
+    tool = Tool(
+        name="pay_invoice",
+        description="Pay one invoice.",
+        parameters={"type": "object", "properties": {}},
+        kind="python",
+        handler="calculate",
+        approval="rule",
+        approval_rule=rule,
+    )
+
+    errors = tool_clean(tool)
+
+    assert errors["approval_rule"] == [
+        "Approval 'rule' needs a rule, e.g. amount > 100."
+    ]
+    assert "approval" not in errors
