@@ -153,6 +153,29 @@ def test_a_refused_request_is_shown_as_an_error(client, admin_user, local_server
     page = client.post(try_url(tool), {"arguments": '{"order": "A-1"}'})
     assert "secret TRY_TOKEN is not set" in page.context["report"].error
     assert server.hits == []
+    html = page.content.decode()
+    assert "Request sent" not in html
+    if page.context["report"].requests:
+        assert "Request not answered (see the error above)" in html
+
+
+def test_a_request_to_a_host_it_may_not_reach_is_not_shown_as_sent(
+    client, admin_user, local_server, try_secret
+):
+    server = local_server()
+    tool = save_http_tool(
+        server.url("/orders/{order}").replace("127.0.0.1", "localhost"),
+        http={"allowed_hosts": ["localhost"]},
+    )
+    client.force_login(admin_user)
+
+    page = client.post(try_url(tool), {"arguments": '{"order": "A-1"}'})
+
+    report = page.context["report"]
+    assert "loopback" in report.error and report.status is None
+    assert server.hits == []
+    html = page.content.decode()
+    assert "Request sent" not in html
 
 
 def test_only_tool_registrars_may_try_tools(client, demo, local_server):
