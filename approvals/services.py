@@ -433,8 +433,9 @@ def approvals_expire() -> int:
     return count
 
 
-def approvals_cancel_for_task(*, task: Task) -> None:
-    """Cancel the pending requests of a task (inside the caller's transaction)."""
+def approvals_cancel_for_task(*, task: Task, by: Any = None) -> None:
+    """Cancel the pending requests of a task (inside the caller's transaction);
+    ``by``, whoever cancelled the task, is recorded as who withdrew them."""
     pending = list(
         ApprovalRequest.objects.filter(task=task, status=ApprovalRequest.Status.PENDING)
     )
@@ -442,7 +443,7 @@ def approvals_cancel_for_task(*, task: Task) -> None:
     for approval in pending:
         ApprovalRequest.objects.filter(
             pk=approval.pk, status=ApprovalRequest.Status.PENDING
-        ).update(status=ApprovalRequest.Status.CANCELLED, decided_at=now)
+        ).update(status=ApprovalRequest.Status.CANCELLED, decided_at=now, decided_by=by)
         runs.step_transition(
             task=task,
             step=Step.objects.get(pk=approval.step_id),
@@ -452,4 +453,4 @@ def approvals_cancel_for_task(*, task: Task) -> None:
             finished_at=now,
         )
         approval_events.approval_changed_on_commit(approval.pk)
-        _audit(AuditKind.APPROVAL_CANCELLED, approval, actor="system")
+        _audit(AuditKind.APPROVAL_CANCELLED, approval, actor=by or "system")

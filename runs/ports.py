@@ -25,7 +25,7 @@ provider; with none plugged every run talks to the endpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -62,8 +62,9 @@ class OpenApproval(Protocol):
 
 
 class CancelApprovals(Protocol):
-    def __call__(self, *, task: Task) -> None:
-        """Cancel the task's pending requests inside the caller's transaction."""
+    def __call__(self, *, task: Task, by: Any = None) -> None:
+        """Cancel the task's pending requests inside the caller's transaction;
+        ``by`` is the person who cancelled the task (None: the system)."""
 
 
 @dataclass

@@ -293,7 +293,7 @@ def task_cancel(*, task: Task, user: Any) -> Task:
             task.lease_expires_at is not None and task.lease_expires_at < now
         ):
             # Nobody drives it now: finish here.
-            ports.approvals().cancel_for_task(task=task)
+            ports.approvals().cancel_for_task(task=task, by=user)
             _finish_task(task, StopReason.CANCELLED, answer=None, message=None)
             fields += [
                 "status",

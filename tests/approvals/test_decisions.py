@@ -15,13 +15,14 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.tasks import expire
+from audit.models import AuditEvent
 from effects.models import Outbox, Ticket
 from engine.canonical import canonical_hash
 from registry.models import Tool
 from registry.services import tool_save
 from runs.models import Step
 from tests.support.cast import EMAIL, EMAIL_PREVIEW, TICKET
-from tests.support.clients import post_decision
+from tests.support.clients import logged_in, post_decision
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import advance, ask, pending, user_in
 from tests.support.scripted_model import tool_messages
@@ -436,6 +437,12 @@ def test_cancelling_a_waiting_task_cancels_its_requests(
 
     approval.refresh_from_db()
     assert approval.status == "cancelled"
+    # Who withdrew it: the person who cancelled the run, in the record and the log.
+    assert approval.decided_by == alice
+    assert AuditEvent.objects.get(kind="approval.cancelled").actor == "alice"
+    history = logged_in(operator).get("/approvals/history/").content.decode()
+    assert "the task was cancelled" in history
+    assert "<td data-decided-by>alice</td>" in history
     late = post_decision(api_client_for(operator), approval, decision="approve")
     assert late.status_code == 409
     assert Outbox.objects.count() == 0
