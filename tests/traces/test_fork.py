@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -71,9 +73,15 @@ def test_the_forked_trace_names_its_parent(redis_task, alice, api_client_for):
     assert f'href="/traces/{child_id}/"' in parent_page
 
 
-def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
-    alice, operator, demo, model, api_client_for
-):
+#: The arguments the forks below give the ticket at step 4.
+CACHE_V2 = {"title": "Cache v2", "body": "Again."}
+
+
+def a_ticket_after_a_note(
+    model: Any, user: Any, approver: Any, agent: Any, **decision: Any
+) -> Task:
+    """A run whose note (step 2) taints it, so that its ticket (step 4) waited
+    for ``approver``, who approved it (``arguments=`` to edit it)."""
     model(
         Script(
             [
@@ -84,27 +92,32 @@ def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
             ]
         )
     )
-    parent = ask(alice, demo.agent, "ticket the Redis note")
-    parent = decide(parent, operator, "approve")
+    parent = ask(user, agent, "ticket the Redis note")
+    return decide(parent, approver, "approve", **decision)
+
+
+def fork_the_ticket(client: Any, parent: Task) -> Task:
+    response = fork(client, parent, from_seq=4, arguments=CACHE_V2)
+    assert response.status_code == 202, response.content
+    return Task.objects.get(pk=response.json()["task"])
+
+
+def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
+    alice, operator, demo, model, api_client_for
+):
+    parent = a_ticket_after_a_note(model, alice, operator, demo.agent)
     assert parent.status == "succeeded"
     assert Ticket.objects.count() == 1
 
-    response = fork(
-        api_client_for(alice),
-        parent,
-        from_seq=4,
-        arguments={"title": "Cache v2", "body": "Again."},
-    )
+    child = fork_the_ticket(api_client_for(alice), parent)
 
-    assert response.status_code == 202, response.content
-    child = Task.objects.get(pk=response.json()["task"])
     step = child.steps.get(seq=4)
     assert step.status == "waiting_approval"
     # The source is the parent's step the fork copied: named with the parent.
     label = f"search_notes#2@{str(parent.pk)[:8]}"
     assert step.tainted_by == [label]
     approval = child.approvals.get()
-    assert approval.arguments == {"title": "Cache v2", "body": "Again."}
+    assert approval.arguments == CACHE_V2
     assert label in child.tainted_by
     child = advance(child)
     assert child.status == "waiting_approval"
@@ -120,32 +133,14 @@ def test_a_forked_edit_keeps_the_models_own_call_as_raw_and_proposed_arguments(
 ):
     """API.md: raw_arguments is the string the model sent, proposed_arguments the
     model's object; neither is the parent approver's edit nor the fork's."""
-    model(
-        Script(
-            [
-                # The note taints the run, so the ticket waits for an approver.
-                tool_call("search_notes", {"keyword": "Redis"}),
-                tool_call("create_ticket", TICKET),
-                text("ticket made"),
-            ]
-        )
-    )
-    parent = ask(alice, demo.agent, "ticket the Redis note")
     edited = {"title": "Edited by the approver", "body": "Theirs."}
-    parent = decide(parent, operator, "approve", arguments=edited)
+    parent = a_ticket_after_a_note(model, alice, operator, demo.agent, arguments=edited)
     original = parent.steps.get(seq=4)
     assert original.arguments == edited and original.proposed_arguments == TICKET
 
-    response = fork(
-        api_client_for(alice),
-        parent,
-        from_seq=4,
-        arguments={"title": "Cache v2", "body": "Again."},
-    )
+    step = fork_the_ticket(api_client_for(alice), parent).steps.get(seq=4)
 
-    assert response.status_code == 202, response.content
-    step = Task.objects.get(pk=response.json()["task"]).steps.get(seq=4)
-    assert step.arguments == {"title": "Cache v2", "body": "Again."}
+    assert step.arguments == CACHE_V2
     assert step.proposed_arguments == TICKET
     assert step.raw_arguments == original.raw_arguments
 
