@@ -255,6 +255,14 @@ def _this_turn(messages: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, A
     return messages
 
 
+def awaits_first_reply(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Nothing answered the user's last message yet. Platform notes (``system``:
+    what the agent remembers for this user, say) may stand after it."""
+    return any(m.get("role") == "user" for m in messages) and all(
+        m.get("role") == "system" for m in _this_turn(messages)
+    )
+
+
 def _titled_results(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The items with a ``title`` in the turn's tool results, the latest first."""
     items: list[Mapping[str, Any]] = []
@@ -829,12 +837,7 @@ def plan_request(
     """
     offered = normalize_tools(tools, functions)
     choice = resolve_tool_choice(offered, tool_choice, function_call)
-    if (
-        tool_first
-        and choice.mode == "auto"
-        and messages
-        and messages[-1].get("role") == "user"
-    ):
+    if tool_first and choice.mode == "auto" and awaits_first_reply(messages):
         choice = ToolChoice("required")
     shown = offered if choice.mode != "none" else []
     tool_mode = uses_tools(messages, shown)

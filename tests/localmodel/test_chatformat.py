@@ -205,6 +205,23 @@ def test_tool_first_makes_a_turns_first_reply_a_tool_call() -> None:
     assert plan_request(question, TOOLS, "none", tool_first=True).tool_names == []
 
 
+def test_a_platform_note_after_the_question_still_gets_a_tool_call_first() -> None:
+    """What the agent remembers comes as a system note after the user's message:
+    the turn has still not been answered, so its first reply is a tool call."""
+    remembered = {"role": "system", "content": "What you remember: team Platform."}
+    question = [*CONVERSATION[:2], remembered]
+    first = plan_request(question, TOOLS, "auto", tool_first=True)
+    assert first.tool_choice == ToolChoice("required")
+    answered = [*CONVERSATION, remembered]
+    assert plan_request(answered, TOOLS, "auto", tool_first=True).tool_choice == (
+        ToolChoice("auto")
+    )
+    notes_only = [CONVERSATION[0], remembered]
+    assert plan_request(notes_only, TOOLS, "auto", tool_first=True).tool_choice == (
+        ToolChoice("auto")
+    )
+
+
 def test_plain_chat_has_no_grammar() -> None:
     plan = plan_request([{"role": "user", "content": "hi"}])
     assert not plan.tool_mode
