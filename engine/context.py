@@ -24,6 +24,17 @@ DATA_NOTICE = (
 DEFAULT_RESULT_CHARS = 4000
 
 
+def given_notes(steps: Sequence[StepRecord]) -> list[StepRecord]:
+    """The notes recorded before the run's first model or tool call: what the
+    run was given from outside the loop (what is remembered for its user)."""
+    given = []
+    for step in sorted(steps, key=lambda s: s.seq):
+        if step.kind is not StepKind.NOTE:
+            break
+        given.append(step)
+    return given
+
+
 def build_messages(
     *,
     system: str,
@@ -38,6 +49,14 @@ def build_messages(
     ]
     for turn in history:
         messages.append({"role": str(turn["role"]), "content": str(turn["content"])})
+    # What the run was given comes before the question, as background: the
+    # user's words stay the last thing the model reads before it answers.
+    given = {step.seq for step in given_notes(steps)}
+    for step in steps:
+        if step.seq in given and StepDetail(step.detail).attach_to is None:
+            messages.append(
+                {"role": "system", "content": str(step.detail.get(DetailKey.TEXT))}
+            )
     messages.append({"role": "user", "content": goal})
 
     replaced: dict[int, str] = {}
@@ -94,7 +113,11 @@ def build_messages(
                             "content": dumps({"error": "This call was not run."}),
                         }
                     )
-        elif step.kind is StepKind.NOTE and StepDetail(step.detail).attach_to is None:
+        elif (
+            step.kind is StepKind.NOTE
+            and step.seq not in given
+            and StepDetail(step.detail).attach_to is None
+        ):
             text = str(step.detail.get(DetailKey.TEXT))
             messages.append({"role": "system", "content": text})
     return messages

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .canonical import canonical_hash, canonical_json
+from .context import given_notes
 from .execution import Executor, ToolError, Untrusted
 from .loop import Control, Engine, Outcome
 from .memory import MemoryJournal
@@ -367,16 +368,6 @@ def forked_edits(steps: Sequence[StepRecord]) -> dict[int, StepRecord]:
         for s in steps
         if s.kind is StepKind.TOOL_CALL and StepDetail(s.detail).fork.get("edited")
     }
-
-
-def given_notes(steps: Sequence[StepRecord]) -> list[StepRecord]:
-    """The notes recorded before the run's first model or tool call."""
-    given = []
-    for step in sorted(steps, key=lambda s: s.seq):
-        if step.kind is not StepKind.NOTE:
-            break
-        given.append(step)
-    return given
 
 
 def replay_decisions(

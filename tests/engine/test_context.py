@@ -6,7 +6,12 @@ import json
 from typing import Any
 
 from engine.canonical import dumps
-from engine.context import DATA_NOTICE, TokenEstimator, estimate_chars_tokens
+from engine.context import (
+    DATA_NOTICE,
+    TokenEstimator,
+    build_messages,
+    estimate_chars_tokens,
+)
 from engine.loop import Outcome
 from engine.memory import MemoryJournal
 from engine.spec import Limits, StepKind, StepRecord, StepStatus, StopReason
@@ -190,3 +195,44 @@ def test_the_estimator_is_calibrated_by_the_usage_the_model_reports():
 def test_the_estimate_needs_no_tokenizer_and_counts_cjk_about_one_per_character():
     assert estimate_chars_tokens("abcd" * 100) == 100
     assert estimate_chars_tokens("预算表达式") == 5
+
+
+def test_what_the_run_was_given_comes_before_the_question_later_notes_in_place():
+    remembered = StepRecord(
+        seq=1,
+        kind=StepKind.NOTE,
+        status=StepStatus.SUCCEEDED,
+        detail={"text": "<memory>team Platform</memory>"},
+    )
+    asked = StepRecord(
+        seq=2,
+        kind=StepKind.MODEL_CALL,
+        status=StepStatus.SUCCEEDED,
+        response={"role": "assistant", "content": "Hello."},
+    )
+    hint = StepRecord(
+        seq=3,
+        kind=StepKind.NOTE,
+        status=StepStatus.SUCCEEDED,
+        detail={"text": "Answer in one line."},
+    )
+
+    messages = build_messages(
+        system="You help.",
+        history=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hey"},
+        ],
+        goal="Which team am I on?",
+        steps=[remembered, asked, hint],
+        specs={},
+    )
+
+    assert [(m["role"], m["content"]) for m in messages[1:]] == [
+        ("user", "hi"),
+        ("assistant", "hey"),
+        ("system", "<memory>team Platform</memory>"),
+        ("user", "Which team am I on?"),
+        ("assistant", "Hello."),
+        ("system", "Answer in one line."),
+    ]

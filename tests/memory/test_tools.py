@@ -58,8 +58,12 @@ def test_remember_then_recall_in_a_later_conversation(alice, companion, model):
     assert note.detail["memory"]["items"][0]["id"] == str(item.pk)
     sent = system_texts(script.requests[2])
     assert any("<memory>" in t and "answers in French" in t for t in sent)
-    # The platform's words frame it as data; the user's message stays last.
-    assert script.requests[2]["messages"][1]["role"] == "user"
+    # The platform's words frame it as data, before the question: the user's
+    # message stays the last thing the model reads.
+    sent = script.requests[2]["messages"]
+    assert [m["role"] for m in sent] == ["system", "system", "user"]
+    assert "<memory>" in sent[1]["content"]
+    assert sent[2]["content"] == "What is the Redis budget?"
     recalled = second.steps.get(tool="recall")
     assert recalled.status == "succeeded"
     [brief] = recalled.result["items"]
