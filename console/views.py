@@ -17,11 +17,12 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from console import services
 from console.board import console_board
 from console.permissions import can_operate_console, can_view_console
+from infra.views import post_only
 from runs.models import Task
 
 #: How often the page fetches its board again (milliseconds).
@@ -95,7 +96,7 @@ def _done(request: HttpRequest, what: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@post_only("console")
 def console_cancel(request: HttpRequest) -> HttpResponse:
     """Cancel the runs named by ``task`` (one or many: the bulk form sends several)."""
     _operator(request)
@@ -122,7 +123,7 @@ def console_cancel(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@post_only("console")
 def console_requeue(request: HttpRequest, task_id: Any) -> HttpResponse:
     task = _operated_task(request, task_id)
     try:
@@ -135,7 +136,7 @@ def console_requeue(request: HttpRequest, task_id: Any) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@post_only("console")
 def console_retry(request: HttpRequest, task_id: Any) -> HttpResponse:
     task = _operated_task(request, task_id)
     try:

@@ -19,8 +19,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
+from infra.views import post_only
 from memory import services
 from memory.models import MemoryItem
 from memory.permissions import can_manage_agent_memory
@@ -90,7 +90,7 @@ def _expiry(request: HttpRequest) -> Any:
 
 
 @login_required
-@require_POST
+@post_only("memory")
 def memory_add(request: HttpRequest) -> HttpResponse:
     try:
         days = request.POST.get("days", "").strip()
@@ -117,7 +117,7 @@ def _own(request: HttpRequest, memory_id: Any) -> MemoryItem:
 
 
 @login_required
-@require_POST
+@post_only("memory")
 def memory_edit(request: HttpRequest, memory_id: Any) -> HttpResponse:
     item = _own(request, memory_id)
     try:
@@ -138,7 +138,7 @@ def memory_edit(request: HttpRequest, memory_id: Any) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@post_only("memory")
 def memory_delete(request: HttpRequest, memory_id: Any) -> HttpResponse:
     item = _own(request, memory_id)
     try:

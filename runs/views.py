@@ -10,8 +10,8 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
+from infra.views import post_only
 from registry.access import may_use_agent, offered_tools_for, usable_agents
 from registry.models import Agent
 from runs import selectors
@@ -94,7 +94,7 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@post_only("chat")
 def conversation_new(request: HttpRequest) -> HttpResponse:
     name = request.POST.get("agent", "")
     agent = (

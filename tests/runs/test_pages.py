@@ -8,8 +8,10 @@ import pytest
 from django.test import Client
 
 from runs import services as runs
+from runs.models import Conversation
 from tests.support.cast import QUESTION
 from tests.support.clients import logged_in
+from tests.support.memory import remembered
 from tests.support.replies import Script, text
 from tests.support.runs import ask
 from tests.support.scripted_model import RedisScript
@@ -118,3 +120,26 @@ def test_a_page_refused_or_not_found_keeps_the_navigation_and_a_way_back(alice, 
     assert "You may not open this page" in refused.content.decode()
     # The API keeps its JSON answers.
     assert client.get(f"/api/tasks/{uuid.uuid4()}/").json()["error"]
+
+
+def test_a_forms_action_reached_by_a_get_goes_back_to_its_page_and_says_so(
+    alice, operator, demo
+):
+    """A login page's ?next= brings the browser back to a form's action with a
+    GET (the session ended under an open page): not a blank 405."""
+    item = remembered(alice, "My team is Platform.", "team")
+    for user, action, page in (
+        (alice, "/c/new/", "/"),
+        (alice, "/memory/add/", "/memory/"),
+        (alice, f"/memory/{item.pk}/edit/", "/memory/"),
+        (alice, f"/memory/{item.pk}/delete/", "/memory/"),
+        (operator, "/console/cancel/", "/console/"),
+    ):
+        client = logged_in(user)
+        back = client.get(action, follow=True)
+        assert back.redirect_chain == [(page, 302)], action
+        assert "Nothing was sent from that form" in back.content.decode(), action
+        assert client.put(action).status_code == 405, action
+    assert Conversation.objects.count() == 0
+    item.refresh_from_db()
+    assert item.status == "live"
