@@ -72,6 +72,7 @@ SECRET_KEY = env_str("DJANGO_SECRET_KEY") or _generated_once(
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+CSRF_FAILURE_VIEW = "reach_site.errors.csrf_failure"
 
 INSTALLED_APPS = [
     # Daphne's app only makes runserver serve ASGI (development); loading it

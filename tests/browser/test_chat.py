@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.support.browser import TIMEOUT_MS, log_in
+from tests.support.browser import TIMEOUT_MS, log_in, sign_in
 from tests.support.cast import QUESTION
 from tests.support.scripted_model import RedisScript
 from tests.support.stack import Stack
@@ -92,3 +92,24 @@ def test_alice_watches_the_redis_question_run_live_and_finds_it_after_a_reload(
     assert QUESTION in contents
     assert any("1088" in str(c) for c in contents if c != QUESTION)
     page.screenshot(path="/tmp/reach-chat-follow-up.png", full_page=True)
+
+
+def test_a_chat_left_open_across_a_new_log_in_says_to_reload_it(
+    browser, stack: Stack, served
+):
+    served(RedisScript())
+    page = log_in(browser, stack, "alice")
+    # Another tab of the same browser logs out and in again: a new session,
+    # a new CSRF token; the first tab still holds the old one.
+    other = page.context.new_page()
+    other.goto("/")
+    other.get_by_role("button", name="Log out").click()
+    sign_in(other, stack, "alice")
+
+    page.fill("#message", QUESTION)
+    page.press("#message", "Enter")
+
+    expect(page.locator("#composer-error")).to_contain_text(
+        "Reload the page, then send it again"
+    )
+    expect(page.locator("#composer-error")).not_to_contain_text("CSRF")

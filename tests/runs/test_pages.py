@@ -143,3 +143,18 @@ def test_a_forms_action_reached_by_a_get_goes_back_to_its_page_and_says_so(
     assert Conversation.objects.count() == 0
     item.refresh_from_db()
     assert item.status == "live"
+
+
+def test_a_form_refused_for_its_stale_csrf_token_says_to_reload_in_the_sites_frame(
+    alice, demo
+):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+
+    refused = client.post("/c/new/", {"agent": "assistant"})
+
+    assert refused.status_code == 403
+    html = refused.content.decode()
+    assert 'class="topbar"' in html and "Reload the page, then send it again" in html
+    assert "<style" not in html  # Django's own page is refused by the CSP
+    assert Conversation.objects.count() == 0

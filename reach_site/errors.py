@@ -1,0 +1,20 @@
+"""The site's own error pages where Django's would be a dead end."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.template import loader
+
+#: What a person should do when a form of a page opened under an older session
+#: is refused (they logged out, or in again, in another tab meanwhile).
+STALE_PAGE = (
+    "This page was opened under a session that has since ended or changed (a "
+    "log-out or a new log-in in another tab). Reload the page, then send it again."
+)
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: the site's 403 page with what to do, instead of
+    Django's bare page (whose inline style the Content-Security-Policy blocks)."""
+    page = loader.get_template("403.html")
+    return HttpResponse(page.render({"exception": STALE_PAGE}, request), status=403)
