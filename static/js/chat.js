@@ -123,9 +123,10 @@ function updateTask(article, task) {
   }
 }
 
+// The conversation pane scrolls on its own (the page does not): show its end.
 function scrollDown() {
-  if (turns) turns.scrollTop = turns.scrollHeight;
-  window.scrollTo(0, document.body.scrollHeight);
+  const pane = root || (turns && turns.closest(".conversation"));
+  if (pane) pane.scrollTop = pane.scrollHeight;
 }
 
 function watch(article) {

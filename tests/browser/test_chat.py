@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from runs.services import conversation_create
 from tests.support.browser import TIMEOUT_MS, log_in, sign_in
 from tests.support.cast import QUESTION
 from tests.support.scripted_model import RedisScript
@@ -113,3 +114,28 @@ def test_a_chat_left_open_across_a_new_log_in_says_to_reload_it(
         "Reload the page, then send it again"
     )
     expect(page.locator("#composer-error")).not_to_contain_text("CSRF")
+
+
+def test_a_long_conversation_list_and_long_lines_keep_the_chat_in_view(
+    browser, stack: Stack, served, demo
+):
+    served(RedisScript())
+    for _ in range(60):
+        conversation_create(owner=demo.alice, agent=demo.agent)
+    page = log_in(browser, stack, "alice")
+    page.locator(".conversations li a").nth(30).click()
+    page.wait_for_load_state("load")
+    unbroken = "x" * 3000
+
+    page.fill("#message", f"first line\nsecond line {unbroken}")
+    page.press("#message", "Enter")
+
+    mine = page.locator(".bubble.user").last
+    expect(mine).to_be_in_viewport()
+    expect(page.locator("#message")).to_be_in_viewport()
+    # The page itself neither scrolls down past the chat nor grows sideways.
+    assert page.evaluate("window.scrollY") == 0
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    # The line break typed shows in the live bubble too (innerText follows what
+    # is drawn: a collapsed break reads as a space).
+    assert mine.inner_text().startswith("first line\nsecond line")
