@@ -55,11 +55,28 @@ def conversation_turns(conversation: Conversation) -> list[Turn]:
     return turns
 
 
+#: Conversations the chat's list shows at first, and how many more a click adds.
+LISTED_CONVERSATIONS = 100
+
+
+def _listed(request: HttpRequest) -> int:
+    """How many conversations to list (``?conversations=N``), in steps of 100."""
+    try:
+        wanted = int(request.GET.get("conversations", LISTED_CONVERSATIONS))
+    except ValueError:
+        wanted = LISTED_CONVERSATIONS
+    return max(LISTED_CONVERSATIONS, wanted)
+
+
 @login_required
 def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
+    listed = _listed(request)
     conversations = list(
-        selectors.own_conversations(request.user).order_by("-updated_at")[:100]
+        selectors.own_conversations(request.user).order_by("-updated_at")[: listed + 1]
     )
+    # One more than shown was read: whether "older conversations" leads anywhere.
+    older = len(conversations) > listed
+    conversations = conversations[:listed]
     conversation = None
     if conversation_id is not None:
         conversation = selectors.own_conversation(request.user, conversation_id)
@@ -78,6 +95,7 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
         "runs/chat.html",
         {
             "conversations": conversations,
+            "older_conversations": listed + LISTED_CONVERSATIONS if older else None,
             "conversation": conversation,
             "turns": turns,
             "agent": agent,

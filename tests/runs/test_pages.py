@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -158,3 +159,19 @@ def test_a_form_refused_for_its_stale_csrf_token_says_to_reload_in_the_sites_fra
     assert 'class="topbar"' in html and "Reload the page, then send it again" in html
     assert "<style" not in html  # Django's own page is refused by the CSP
     assert Conversation.objects.count() == 0
+
+
+def test_the_chats_list_leads_on_to_older_conversations(alice, demo):
+    made = [runs.conversation_create(owner=alice, agent=demo.agent) for _ in range(102)]
+    client = logged_in(alice)
+
+    first = client.get(f"/c/{made[0].pk}/").content.decode()
+    listed = re.findall(r'<a href="/c/([0-9a-f-]+)/"', first)
+    assert len(listed) == 100 and str(made[0].pk) not in listed
+    assert 'href="?conversations=200"' in first
+
+    every = client.get(f"/c/{made[0].pk}/?conversations=200").content.decode()
+    assert set(re.findall(r'<a href="/c/([0-9a-f-]+)/"', every)) == {
+        str(c.pk) for c in made
+    }
+    assert "Show older conversations" not in every
