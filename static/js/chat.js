@@ -171,7 +171,18 @@ async function ensureConversation() {
 
 async function send() {
   const content = input.value.trim();
-  if (!content) return;
+  if (!content) {
+    showError("Type a message first.");
+    return;
+  }
+  // Counted as the server counts (characters, not UTF-16 units); the text stays
+  // in the box to be shortened, never cut off unseen.
+  const limit = Number(input.dataset.maxChars || 0);
+  const length = [...content].length;
+  if (limit && length > limit) {
+    showError(`The message is ${length} characters long; at most ${limit} go in one message.`);
+    return;
+  }
   showError("");
   setBusy(true);
   try {

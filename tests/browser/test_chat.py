@@ -139,3 +139,23 @@ def test_a_long_conversation_list_and_long_lines_keep_the_chat_in_view(
     # The line break typed shows in the live bubble too (innerText follows what
     # is drawn: a collapsed break reads as a space).
     assert mine.inner_text().startswith("first line\nsecond line")
+
+
+def test_a_message_over_the_limit_stays_in_the_box_with_a_reason(
+    browser, stack: Stack, served
+):
+    served(RedisScript())
+    page = log_in(browser, stack, "alice")
+    too_long = "字" * 8001  # REACH_MAX_MESSAGE_CHARS: 8000 characters
+
+    page.fill("#message", too_long)
+    page.press("#message", "Enter")
+
+    expect(page.locator("#composer-error")).to_contain_text(
+        "8001 characters long; at most 8000"
+    )
+    assert page.input_value("#message") == too_long
+    expect(page.locator(".bubble.user")).to_have_count(0)
+    page.fill("#message", "   ")
+    page.press("#message", "Enter")
+    expect(page.locator("#composer-error")).to_have_text("Type a message first.")
