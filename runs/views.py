@@ -124,5 +124,11 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
         raise Http404("No agent is configured.")
     if not may_use_agent(request.user, agent):
         raise PermissionDenied(f"You may not use the agent '{agent.name}'.")
-    conversation = runs.conversation_create(owner=request.user, agent=agent)
+    # A conversation nobody wrote in yet is new enough: clicking New chat again
+    # does not leave another empty one in the list.
+    conversation = selectors.own_conversations(request.user).filter(
+        agent=agent, messages__isnull=True
+    ).order_by("-created_at").first() or runs.conversation_create(
+        owner=request.user, agent=agent
+    )
     return redirect("conversation", conversation_id=conversation.pk)

@@ -175,3 +175,21 @@ def test_the_chats_list_leads_on_to_older_conversations(alice, demo):
         str(c.pk) for c in made
     }
     assert "Show older conversations" not in every
+
+
+def test_new_chat_reuses_the_empty_conversation_and_starts_one_after_a_message(
+    alice, bob, demo, model
+):
+    model(Script([text("hello")]))
+    client = logged_in(alice)
+    first = client.post("/c/new/", {"agent": "assistant"})
+    again = client.post("/c/new/", {"agent": "assistant"})
+    assert first["Location"] == again["Location"]
+    logged_in(bob).post("/c/new/", {"agent": "assistant"})  # bob's own
+    assert Conversation.objects.filter(owner=alice).count() == 1
+
+    ask(alice, demo.agent, "hi", conversation=Conversation.objects.get(owner=alice))
+    after = client.post("/c/new/", {"agent": "assistant"})
+
+    assert after["Location"] != first["Location"]
+    assert Conversation.objects.filter(owner=alice).count() == 2
