@@ -100,11 +100,12 @@ def test_model_output_is_escaped_in_the_page(alice, demo, model):
     assert "<b>hi</b>" not in html
 
 
-def test_the_composer_takes_its_maxlength_from_the_message_limit(alice, settings):
+def test_the_composer_takes_its_limit_from_the_message_limit(alice, settings):
     settings.REACH_MAX_MESSAGE_CHARS = 1234
     html = logged_in(alice).get("/").content.decode()
-    assert 'maxlength="1234"' in html
-    assert 'maxlength="8000"' not in html
+    # chat.js refuses a longer message with the reason (it never cuts it off).
+    assert 'data-max-chars="1234"' in html
+    assert 'data-max-chars="8000"' not in html and "maxlength" not in html
 
 
 def test_a_page_refused_or_not_found_keeps_the_navigation_and_a_way_back(alice, demo):
