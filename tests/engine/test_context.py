@@ -197,25 +197,21 @@ def test_the_estimate_needs_no_tokenizer_and_counts_cjk_about_one_per_character(
     assert estimate_chars_tokens("预算表达式") == 5
 
 
-def test_what_the_run_was_given_comes_before_the_question_later_notes_in_place():
-    remembered = StepRecord(
-        seq=1,
-        kind=StepKind.NOTE,
-        status=StepStatus.SUCCEEDED,
-        detail={"text": "<memory>team Platform</memory>"},
+def note(seq: int, text: str) -> StepRecord:
+    return StepRecord(
+        seq=seq, kind=StepKind.NOTE, status=StepStatus.SUCCEEDED, detail={"text": text}
     )
+
+
+def test_what_the_run_was_given_comes_before_the_question_later_notes_in_place():
+    remembered = note(1, "<memory>team Platform</memory>")
     asked = StepRecord(
         seq=2,
         kind=StepKind.MODEL_CALL,
         status=StepStatus.SUCCEEDED,
         response={"role": "assistant", "content": "Hello."},
     )
-    hint = StepRecord(
-        seq=3,
-        kind=StepKind.NOTE,
-        status=StepStatus.SUCCEEDED,
-        detail={"text": "Answer in one line."},
-    )
+    hint = note(3, "Answer in one line.")
 
     messages = build_messages(
         system="You help.",
