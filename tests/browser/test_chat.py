@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -159,3 +160,28 @@ def test_a_message_over_the_limit_stays_in_the_box_with_a_reason(
     page.fill("#message", "   ")
     page.press("#message", "Enter")
     expect(page.locator("#composer-error")).to_have_text("Type a message first.")
+
+
+def test_while_the_model_thinks_the_turn_says_what_it_waits_on(
+    browser, stack: Stack, served
+):
+    served(RedisScript(), latency_s=1.5)
+    page = log_in(browser, stack, "alice")
+    waiting = (
+        "() => { const turn = [...document.querySelectorAll('.turn')].pop();"
+        " return turn ? getComputedStyle(turn.querySelector('[data-steps]'),"
+        " '::after').content : null; }"
+    )
+
+    page.fill("#message", QUESTION)
+    page.press("#message", "Enter")
+
+    # Polled (wait_for_function evaluates a string, which the page's CSP forbids).
+    seen = set()
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while '"waiting for the model…"' not in seen and time.monotonic() < deadline:
+        seen.add(page.evaluate(waiting))
+        page.wait_for_timeout(50)
+    assert '"waiting for the model…"' in seen, seen
+    expect(page.locator("[data-reply]")).to_be_visible()
+    assert page.evaluate(waiting) == "none"
