@@ -34,6 +34,7 @@ from .redaction import Redactor
 from .routing import Route, Routing, recorded_route
 from .spec import (
     FINAL_STEP_STATUSES,
+    Attempt,
     CallContext,
     DetailKey,
     ErrorClass,
@@ -428,7 +429,9 @@ class Engine:
         model: str,
         detail: dict[str, Any],
     ) -> StepRecord:
-        """The model_call step of a request that failed after its retries."""
+        """The model_call step of a request that failed after its retries: it
+        started with its first attempt, and took as long as all of them."""
+        now = utcnow()
         return StepRecord(
             seq=_next_seq(steps),
             kind=StepKind.MODEL_CALL,
@@ -437,8 +440,8 @@ class Engine:
             error=str(exc),
             error_class=exc.kind,
             attempts=[a.as_dict() for a in exc.attempts],
-            started_at=utcnow(),
-            finished_at=utcnow(),
+            started_at=_first_attempt_start(exc.attempts) or now,
+            finished_at=now,
             # A failed request is not billed; unknown without a price.
             cost_usd=0.0 if self.price is not None else None,
             detail=detail,
@@ -792,6 +795,14 @@ def _replace(steps: list[StepRecord], updated: StepRecord) -> None:
             steps[index] = updated
             return
     steps.append(updated)
+
+
+def _first_attempt_start(attempts: Sequence[Attempt]) -> dt.datetime | None:
+    """When the first of ``attempts`` started (None: none, or no time known)."""
+    try:
+        return dt.datetime.fromisoformat(attempts[0].started_at) if attempts else None
+    except ValueError:
+        return None
 
 
 def _ago(now: Any, latency_ms: float) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import threading
 import time
@@ -12,7 +13,17 @@ import pytest
 
 from engine.execution import Executor
 from engine.loop import Outcome
-from engine.spec import ApprovalMode, Limits, Risk, StepKind, StepStatus, StopReason
+from engine.model_client import ModelError
+from engine.spec import (
+    ApprovalMode,
+    Attempt,
+    Limits,
+    Risk,
+    StepKind,
+    StepStatus,
+    StopReason,
+    utcnow,
+)
 from tests.support.engine_doubles import (
     FakeModel,
     Hanging,
@@ -172,6 +183,23 @@ def test_a_model_that_stays_down_fails_the_task_with_an_actionable_message():
     assert "down" in j.finished[2]
     [step] = j.steps
     assert step.kind is StepKind.MODEL_CALL and step.status is StepStatus.FAILED
+
+
+def test_a_failed_model_call_lasts_from_its_first_attempt_to_its_last():
+    first = utcnow() - dt.timedelta(seconds=4)
+    down = ModelError(
+        "The model server answered 500.",
+        kind="server",
+        attempts=[
+            Attempt(1, first.isoformat(), 1300.0, "500", "server"),
+            Attempt(2, (first + dt.timedelta(seconds=2)).isoformat(), 1300.0, "500"),
+        ],
+    )
+    j = advanced(FakeModel([down]), calculator())
+
+    [step] = j.steps
+    assert step.started_at == first
+    assert step.duration_ms is not None and step.duration_ms >= 4000
 
 
 def test_a_call_needing_approval_parks_the_run_and_resumes_after_approval():
