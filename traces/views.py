@@ -287,7 +287,14 @@ def _time(value: Any) -> dt.datetime | None:
 
 
 def _place(rows: list[StepRow]) -> float:
-    """Bar offsets and widths (percent of the run's span) and parallel lanes."""
+    """Bar offsets and widths (percent of the run's span) and parallel lanes.
+
+    A fork's steps copied from its parent keep the parent's times: they get no
+    bar, and the span is the fork's own (or the bars would sit squeezed at both
+    ends of however long the parent ran before the fork).
+    """
+    own = [r for r in rows if not StepDetail(r.step.detail).copied_from]
+    rows = own or rows
     times = [r.step.started_at for r in rows if r.step.started_at] + [
         r.step.finished_at for r in rows if r.step.finished_at
     ]

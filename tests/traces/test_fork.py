@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models import F
 from rest_framework.test import APIClient
 
 from effects.models import Ticket
-from runs.models import Task
+from runs.models import Step, Task
 from tests.support.cast import TICKET
 from tests.support.clients import fork, logged_in, trace_of
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import advance, ask, decide
 from tests.support.scripted_model import tool_messages
+from traces.views import timeline
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,6 +60,26 @@ def test_a_fork_with_edited_arguments_copies_the_steps_before_and_runs_the_call_
     assert len(redis_script.requests) == requests_before + 1
     results = tool_messages(redis_script.requests[-1])
     assert "缓存改造" in results[0]["content"] and "768" in results[1]["content"]
+
+
+def test_a_forks_timeline_spans_its_own_steps_and_draws_no_bar_for_copies(
+    redis_task, alice, api_client_for
+):
+    response = fork(api_client_for(alice), redis_task, from_seq=4)
+    child = advance(Task.objects.get(pk=response.json()["task"]))
+    # The parent ran long before the fork: its copied steps keep those times.
+    Step.objects.filter(task=child, seq__lt=4).update(
+        started_at=F("started_at") - timedelta(hours=1),
+        finished_at=F("finished_at") - timedelta(hours=1),
+    )
+
+    rows = timeline(child, list(child.steps.order_by("seq")))
+
+    copied = [r for r in rows if r["step"].seq < 4]
+    own = [r for r in rows if r["step"].seq >= 4]
+    assert copied and all(r["width"] == 0 for r in copied)
+    assert min(r["left"] for r in own) == 0
+    assert max(r["left"] + r["width"] for r in own) >= 99
 
 
 def test_the_forked_trace_names_its_parent(redis_task, alice, api_client_for):
