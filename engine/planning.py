@@ -87,16 +87,29 @@ def check_parameters_schema(schema: Any) -> None:
             raise ValueError(f'Required parameter "{name}" is not in "properties".')
 
 
+class DefinitionError(ValueError):
+    """Policy settings that contradict each other; ``field`` is the one to change."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 def check_definition(spec: ToolSpec) -> None:
-    """Raise ValueError for contradictory policy settings."""
+    """Raise :class:`DefinitionError` for contradictory policy settings."""
     if spec.risk is Risk.IRREVERSIBLE and spec.approval is ApprovalMode.NEVER:
-        raise ValueError(
-            "An irreversible tool always needs approval: approval cannot be 'never'."
+        raise DefinitionError(
+            "An irreversible tool always needs approval: approval cannot be 'never'.",
+            field="approval",
         )
     if spec.approval is ApprovalMode.RULE and not (spec.approval_rule or "").strip():
-        raise ValueError("Approval 'rule' needs a rule.")
+        raise DefinitionError(
+            "Approval 'rule' needs a rule, e.g. amount > 100.", field="approval_rule"
+        )
     if spec.approvals_required not in (1, 2):
-        raise ValueError("approvals_required is 1 or 2.")
+        raise DefinitionError(
+            "approvals_required is 1 or 2.", field="approvals_required"
+        )
 
 
 # -- arguments ----------------------------------------------------------------------

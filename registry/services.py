@@ -14,7 +14,12 @@ from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_json
 from engine.json_input import json_problem
-from engine.planning import check_definition, check_parameters_schema, check_tool_name
+from engine.planning import (
+    DefinitionError,
+    check_definition,
+    check_parameters_schema,
+    check_tool_name,
+)
 from engine.pricing import PRICE_KEY, ModelPrice, price_for
 from engine.routing import ROUTE_KEY, ROUTING_KEY, Route, Routing
 from engine.safe_eval import EvaluationError, validate_rule
@@ -58,20 +63,18 @@ def tool_clean(tool: Tool) -> dict[str, list[str]]:
         add("parameters", str(exc))
     if not (tool.description or "").strip():
         add("description", "Describe what the tool does; the model reads it.")
-    if tool.approval == Tool.Approval.RULE:
-        if not (tool.approval_rule or "").strip():
-            add("approval_rule", "Approval 'rule' needs a rule, e.g. amount > 100.")
-        else:
-            try:
-                validate_rule(tool.approval_rule or "")
-            except EvaluationError as exc:
-                add("approval_rule", str(exc))
+    if tool.approval == Tool.Approval.RULE and (tool.approval_rule or "").strip():
+        try:
+            validate_rule(tool.approval_rule or "")
+        except EvaluationError as exc:
+            add("approval_rule", str(exc))
     try:
         check_definition(tool.spec())
+    except DefinitionError as exc:
+        add(exc.field, str(exc))
     except ValueError as exc:
-        # The rule's problem is already named above, on the rule's own field.
-        if not (str(exc).startswith("Approval 'rule'") and "approval_rule" in errors):
-            add("approval", str(exc))
+        # Settings the spec cannot be built from at all (an unknown risk, say).
+        add("approval", str(exc))
     except (KeyError, TypeError):
         pass
     if tool.kind == Tool.Kind.PYTHON:

@@ -64,21 +64,29 @@ def test_the_api_schema_documents_every_key_a_definition_has(
         assert set(tool_definition(tool)) <= documented, tool.kind
 
 
-@pytest.mark.parametrize("rule", ["", "   "])
-def test_an_empty_approval_rule_is_named_once_on_the_rule(rule: str) -> None:
+@pytest.mark.parametrize(
+    ("settings", "field", "message"),
+    [
+        ({"approval": "rule", "approval_rule": ""}, "approval_rule", "needs a rule"),
+        ({"approval": "rule", "approval_rule": "   "}, "approval_rule", "needs a rule"),
+        ({"risk": "irreversible", "approval": "never"}, "approval", "irreversible"),
+        ({"approvals_required": 3}, "approvals_required", "1 or 2"),
+    ],
+)
+def test_contradictory_policy_settings_are_named_once_on_the_field_to_change(
+    settings: dict[str, Any], field: str, message: str
+) -> None:
     tool = Tool(
         name="pay_invoice",
         description="Pay one invoice.",
         parameters={"type": "object", "properties": {}},
         kind="python",
         handler="calculate",
-        approval="rule",
-        approval_rule=rule,
+        **settings,
     )
 
     errors = tool_clean(tool)
 
-    assert errors["approval_rule"] == [
-        "Approval 'rule' needs a rule, e.g. amount > 100."
-    ]
-    assert "approval" not in errors
+    assert list(errors) == [field], errors
+    [only] = errors[field]
+    assert message in only
