@@ -5,12 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.template import loader
 
-#: What a person should do when a form of a page opened under an older session
-#: is refused (they logged out, or in again, in another tab meanwhile).
-STALE_PAGE = (
-    "This page was opened under a session that has since ended or changed (a "
-    "log-out or a new log-in in another tab). Reload the page, then send it again."
-)
+from runs.api.auth import STALE_PAGE
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

@@ -310,7 +310,7 @@ EMAIL_TIMEOUT = env_float("REACH_EMAIL_TIMEOUT", 10.0)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "runs.api.auth.BearerTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
+        "runs.api.auth.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["runs.api.renderers.UnicodeJSONRenderer"],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
@@ -30,6 +31,12 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "A token from `manage.py issue_token USERNAME`.",
         }
+
+
+class SessionCookieScheme(SessionScheme):
+    """The session cookie, as for DRF's SessionAuthentication (ours subclasses it)."""
+
+    target_class = "runs.api.auth.SessionAuthentication"
 
 
 class UsageSchema(serializers.Serializer):

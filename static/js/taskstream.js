@@ -6,12 +6,6 @@
 
 const FINAL = new Set(["succeeded", "stopped", "failed", "cancelled"]);
 
-// What to do when a request is refused because the page's session is gone
-// (reach_site/errors.py says the same for pages).
-export const STALE_PAGE =
-  "This page was opened under a session that has since ended or changed (a " +
-  "log-out or a new log-in in another tab). Reload the page, then send it again.";
-
 export function isFinal(status) {
   return FINAL.has(status);
 }
@@ -37,10 +31,6 @@ export async function api(method, url, body) {
     data = await response.json();
   } catch (_) {
     data = null;
-  }
-  if (response.status === 403 && data && String(data.detail || "").startsWith("CSRF Failed")) {
-    // The page's token belongs to a session that has ended or changed.
-    data.error = STALE_PAGE;
   }
   return { ok: response.ok, status: response.status, data };
 }

@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 
 from runs import services as runs
+from runs.api.auth import STALE_PAGE
 from runs.models import Conversation
 from tests.support.cast import QUESTION
 from tests.support.clients import logged_in
@@ -159,6 +160,13 @@ def test_a_form_refused_for_its_stale_csrf_token_says_to_reload_in_the_sites_fra
     html = refused.content.decode()
     assert 'class="topbar"' in html and "Reload the page, then send it again" in html
     assert "<style" not in html  # Django's own page is refused by the CSP
+    assert Conversation.objects.count() == 0
+    # The chat's own requests (the API, on the same session) say the same.
+    api = client.post(
+        "/api/conversations/", {"agent": "assistant"}, content_type="application/json"
+    )
+    assert api.status_code == 403
+    assert api.json()["error"] == STALE_PAGE
     assert Conversation.objects.count() == 0
 
 
