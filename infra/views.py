@@ -28,9 +28,11 @@ def post_only(back_to: str) -> Callable[[View], View]:
             if request.method == "POST":
                 return view(request, *args, **kwargs)
             if request.method in ("GET", "HEAD"):
-                messages.info(
-                    request, "Nothing was sent from that form: please send it again."
-                )
+                if request.method == "GET":  # a HEAD shows no page to say it on
+                    messages.info(
+                        request,
+                        "Nothing was sent from that form: please send it again.",
+                    )
                 return redirect(back_to)
             return HttpResponseNotAllowed(["POST"])
 

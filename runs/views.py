@@ -60,7 +60,8 @@ LISTED_CONVERSATIONS = 100
 
 
 def _listed(request: HttpRequest) -> int:
-    """How many conversations to list (``?conversations=N``), in steps of 100."""
+    """How many conversations to list: ``?conversations=N``, at least 100 (the
+    page's "Show older conversations" link asks for 100 more each time)."""
     try:
         wanted = int(request.GET.get("conversations", LISTED_CONVERSATIONS))
     except ValueError:

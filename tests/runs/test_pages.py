@@ -143,6 +143,9 @@ def test_a_forms_action_reached_by_a_get_goes_back_to_its_page_and_says_so(
         assert back.redirect_chain == [(page, 302)], action
         assert "Nothing was sent from that form" in back.content.decode(), action
         assert client.put(action).status_code == 405, action
+        # A HEAD (a link prefetcher) leaves no message behind for the next page.
+        assert client.head(action).status_code == 302, action
+        assert "Nothing was sent" not in client.get(page).content.decode(), action
     assert Conversation.objects.count() == 0
     item.refresh_from_db()
     assert item.status == "live"
