@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 PG_URL ?= postgres://postgres@127.0.0.1:5432/test
 
-.PHONY: up test install model chromium bench lint test-sqlite test-postgres clean eval chaos
+.PHONY: up test install model chromium bench lint test-sqlite test-postgres clean eval chaos budget
 
 $(PY):
 	@echo "==> creating $(VENV)"
@@ -52,6 +52,11 @@ test: install chromium model
 
 test-sqlite: install
 	$(PY) -m pytest
+
+# The counted cost of a run and of a step (tests/budget/budget.toml), printed; it
+# runs in `make test` too (on SQLite, then PostgreSQL).
+budget: install
+	$(PY) -m pytest tests/budget -q -s -p no:cacheprovider
 
 # The database-sensitive tests (concurrency, locking) again on PostgreSQL.
 test-postgres: install
