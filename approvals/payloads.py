@@ -1,4 +1,4 @@
-"""The approval JSON of API.md."""
+"""The approval JSON of docs/api.md "Approval"."""
 
 from __future__ import annotations
 

@@ -164,7 +164,8 @@ class OpenAIModelClient:
         kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
         if tools:
             kwargs["tools"] = list(tools)
-            # Some servers drop tools unless tool_choice is explicit (LOCAL_MODEL.md).
+            # Some servers drop tools unless tool_choice is explicit
+            # (docs/stack-notes.md trap 10).
             kwargs["tool_choice"] = "auto"
         if self.temperature is not None:
             kwargs["temperature"] = self.temperature

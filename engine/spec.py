@@ -444,7 +444,7 @@ class ToolSpec:
 
     @classmethod
     def from_definition(cls, definition: Mapping[str, Any]) -> ToolSpec:
-        """The spec of a tool definition as recorded (API.md "Tool definitions").
+        """The spec of a tool definition as recorded (docs/api.md "Tool definitions").
 
         Every field is read by its type (:data:`_TOOL_READERS`); an absent key
         takes the field's default (no description; parameters: any object), and
@@ -564,8 +564,8 @@ class Usage:
         )
 
     def as_dict(self) -> dict[str, int]:
-        """The recorded shape (API.md): the three counts, then ``cached_tokens``
-        and ``estimated`` only where they say something."""
+        """The recorded shape (docs/api.md "Task"): the three counts, then
+        ``cached_tokens`` and ``estimated`` only where they say something."""
         data = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -738,7 +738,7 @@ class AgentSnapshot:
 
     Stored as ``Task.agent_snapshot``, a plain JSON object: ``name``, ``model``,
     ``instructions``, ``limits``, ``tools`` (the tool definitions as they were,
-    API.md) and, for forks and imports, ``history`` (the conversation's earlier
+    docs/api.md) and, for forks and imports, ``history`` (the conversation's earlier
     turns, carried because the run lives in a conversation of its own).
     :meth:`from_json` reads what any version stored; keys it does not know are
     kept in ``extra`` and written back by :meth:`to_json` as they were.

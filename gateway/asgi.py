@@ -1,10 +1,10 @@
 """The gateway's HTTP face: MCP streamable HTTP under ``/mcp/``, bearer tokens only.
 
 Stateless mode: each POST carries its whole exchange, so any web process behind a
-load balancer can answer any request (DESIGN.md: no process keeps state another
-needs). Daphne speaks no ASGI lifespan, so the SDK's session manager (which owns
-the task group its per-request servers run in) is started on the first request
-and lives as long as the event loop.
+load balancer can answer any request (docs/design.md "Processes": no process keeps
+state another needs). Daphne speaks no ASGI lifespan, so the SDK's session manager
+(which owns the task group its per-request servers run in) is started on the first
+request and lives as long as the event loop.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 ``async_to_sync(group_send)`` runs every call on a fresh event loop, and
 channels_redis pools connections per loop: one new Redis connection per push
-(STACK_NOTES 1). Instead, one long-lived event loop per process runs on a daemon
-thread (started lazily, after any fork) and every push is handed to it. Pushes of
-one group are sent in the order they were made.
+(docs/stack-notes.md trap 1). Instead, one long-lived event loop per process runs
+on a daemon thread (started lazily, after any fork) and every push is handed to it.
+Pushes of one group are sent in the order they were made.
 """
 
 from __future__ import annotations

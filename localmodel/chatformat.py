@@ -833,7 +833,8 @@ def plan_request(
     A reply holds at most one tool call unless ``parallel_tool_calls`` is true
     (then up to ``MAX_TOOL_CALLS``). With ``tool_first``, the first reply to a
     user's message under ``auto`` must be a tool call: a 1.5B model otherwise
-    answers sums and note questions from memory, wrongly (LOCAL_MODEL.md).
+    answers sums and note questions from memory, wrongly (docs/stack-notes.md,
+    "The built-in model").
     """
     offered = normalize_tools(tools, functions)
     choice = resolve_tool_choice(offered, tool_choice, function_call)

@@ -204,7 +204,7 @@ def recall(arguments: dict[str, Any], context: CallContext) -> Any:
             "answer without it.",
         }
     result = {"items": [item_brief(item) for item in items]}
-    # An item a tainted run wrote taints whoever reads it (DESIGN.md "Taint").
+    # An item a tainted run wrote taints whoever reads it (docs/design.md "Taint").
     return Untrusted(result) if any(item.tainted for item in items) else result
 
 

@@ -96,7 +96,7 @@ class MemoryItem(models.Model):
     forgotten_by = models.CharField(max_length=200, blank=True)
     #: Taint sources of the run that wrote it; empty when trusted.
     tainted_by = models.JSONField(default=list, blank=True)
-    #: The writing call's key (API.md): a second execution finds this row.
+    #: The writing call's key (docs/api.md "Step"): a second execution finds this row.
     idempotency_key = models.CharField(
         max_length=200, null=True, blank=True, unique=True
     )

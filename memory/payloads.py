@@ -1,5 +1,5 @@
-"""The JSON shape of a memory item (API.md "Long-term memory"): the API's and
-the page's one definition."""
+"""The JSON shape of a memory item (docs/api.md "Long-term memory"): the API's
+and the page's one definition."""
 
 from __future__ import annotations
 

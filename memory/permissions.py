@@ -1,4 +1,4 @@
-"""Who may do what with memory (API.md "Long-term memory")."""
+"""Who may do what with memory (docs/api.md "Long-term memory")."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ from registry.services import tool_save
 def seed_memory_tools() -> list[str]:
     """Register ``remember``, ``recall`` and ``forget`` (tagged ``memory``) when
     missing; never overwrite an operator's edits. No agent gets them here: an
-    operator adds the ``memory`` tag to an agent (API.md "Long-term memory")."""
+    operator adds the ``memory`` tag to an agent (docs/api.md "Long-term
+    memory")."""
     created = []
     for definition in MEMORY_TOOLS:
         if Tool.objects.filter(name=definition["name"]).exists():

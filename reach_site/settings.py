@@ -146,7 +146,8 @@ DATABASE_URL = env_str("DATABASE_URL") or f"sqlite:///{SQLITE_PATH}"
 _default_db = dj_database_url.parse(DATABASE_URL)
 if _default_db["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions take the write lock up front, so the busy timeout
-    # applies instead of failing at once on a read->write upgrade (STACK_NOTES 2).
+    # applies instead of failing at once on a read->write upgrade
+    # (docs/stack-notes.md trap 2).
     # Each of a worker's threads holds a connection, and each connection its own
     # page cache (2 MB by default); in WAL mode with the web and the worker both
     # writing, a connection's cache is dropped whenever another one has written
@@ -239,7 +240,7 @@ CHANNEL_LAYERS = {
 }
 
 # Celery: the agent loop runs in a threads pool (I/O bound) and every task is
-# idempotent, claimed with a guarded UPDATE (STACK_NOTES 4, 8).
+# idempotent, claimed with a guarded UPDATE (docs/stack-notes.md traps 4, 8).
 REACH_TASK_HARD_LIMIT_S = env_int("REACH_TASK_HARD_LIMIT_S", 1800)
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_IGNORE_RESULT = True
@@ -251,13 +252,14 @@ CELERY_TASK_DEFAULT_QUEUE = "reach"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_RETRY = True
 # Enforced by the prefork pool only; in the threads pool time is bounded inside the
-# task (model timeouts, abandonable handlers, the time budget) (STACK_NOTES 8).
+# task (model timeouts, abandonable handlers, the time budget)
+# (docs/stack-notes.md trap 8).
 CELERY_TASK_TIME_LIMIT = REACH_TASK_HARD_LIMIT_S
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Longer than the hard limit: a running task is never delivered twice.
     "visibility_timeout": REACH_TASK_HARD_LIMIT_S * 2,
     # Sweep for unacked messages of dead workers every interval, not every 10th
-    # (kombu 5.7 defaults to 10 s x 10) (STACK_NOTES 4).
+    # (kombu 5.7 defaults to 10 s x 10) (docs/stack-notes.md trap 4).
     "unacked_restore_interval": 10,
     "unacked_restore_throttle": 1,
     "socket_timeout": 5,

@@ -1,4 +1,4 @@
-"""The JSON shape of a tool definition (API.md "Tool definitions")."""
+"""The JSON shape of a tool definition (docs/api.md "Tool definitions")."""
 
 from __future__ import annotations
 
@@ -51,10 +51,10 @@ _SECTION_OF: dict[str, ToolSection] = {
 #: ToolSpec's fields that a definition sent to the API does not set: the server
 #: counts the version and works out whether the tool leaves the house.
 _SERVER_KEPT = frozenset({"version", "leaves_house"})
-#: The public fields of a tool definition (API.md), in the order its JSON lists
-#: them: ToolSpec's (the one description of a tool), then ``enabled``. Every other
-#: list of a tool's fields (the admin's fieldsets, the API schema, the types a
-#: definition is checked against, versioning) is derived from this one.
+#: The public fields of a tool definition (docs/api.md), in the order its JSON
+#: lists them: ToolSpec's (the one description of a tool), then ``enabled``. Every
+#: other list of a tool's fields (the admin's fieldsets, the API schema, the types
+#: a definition is checked against, versioning) is derived from this one.
 TOOL_FIELDS: tuple[str, ...] = (
     *(f.name for f in fields(ToolSpec) if f.name not in _SERVER_KEPT),
     "enabled",
@@ -74,7 +74,7 @@ def tool_fields_in(section: ToolSection) -> tuple[str, ...]:
 
 
 def tool_definition(tool: Tool) -> dict[str, Any]:
-    """A tool definition as API.md describes it."""
+    """A tool definition as docs/api.md describes it."""
     data: dict[str, Any] = {name: getattr(tool, name) for name in TOOL_FIELDS}
     data["approval_rule"] = tool.approval_rule or None
     data["tags"] = list(tool.tags or [])

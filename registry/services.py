@@ -39,8 +39,8 @@ from registry.payloads import (
     tool_definition,
 )
 
-#: Fields whose change makes a new version: the public definition (API.md) and
-#: the implementation behind it (the MCP server compared by its id).
+#: Fields whose change makes a new version: the public definition (docs/api.md)
+#: and the implementation behind it (the MCP server compared by its id).
 VERSIONED_FIELDS = tuple(f for f in TOOL_FIELDS if f != "name") + tuple(
     "mcp_server_id" if f == "mcp_server" else f for f in TOOL_IMPLEMENTATION_FIELDS
 )

@@ -5,8 +5,8 @@ come with a bearer token offered as a subprotocol, ``Sec-WebSocket-Protocol:
 bearer, <token>``, and the server answers ``bearer``: never a query string, which
 lands in access logs. Such a socket is the token's user whatever cookie rides
 along. Programs send no Origin header, so a token socket needs none; one that
-does send it (a page in a browser) must name our host like any other: API.md
-refuses every socket from a foreign Origin.
+does send it (a page in a browser) must name our host like any other: every socket
+from a foreign Origin is refused (docs/api.md "Websockets").
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ def render_step_html(step: Any) -> str:
 def wants_html(*, by_token: bool, asked: str | None) -> bool:
     """Whether a watcher's step events carry ``html``, the page's list item: a
     browser's session always (the chat and trace pages draw it); a program that
-    came with a token only when its URL asks, ``?html=1`` (API.md's events carry
-    none). The one rule of the task websocket and the event stream."""
+    came with a token only when its URL asks, ``?html=1`` (docs/api.md
+    "Websockets"). The one rule of the task websocket and the event stream."""
     return not by_token or asked in ("1", "true", "yes")
 
 

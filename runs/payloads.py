@@ -1,4 +1,4 @@
-"""The JSON shapes of API.md, shared by the API, websockets and trace exports."""
+"""The JSON shapes of docs/api.md, shared by the API, websockets and trace exports."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from engine.spec import DetailKey
 from registry.payloads import iso
 from runs.models import Conversation, Step, Task
 
-#: A step's keys: API.md's, in its order, then the extensions (API.md allows
-#: new fields), then the step's cost. ``step_payload`` and the API schema list
-#: these and only these.
+#: A step's keys (docs/api.md "Step"): the first ones in their order there, then
+#: the extensions (shapes only grow), then the step's cost. ``step_payload`` and
+#: the API schema list these and only these.
 STEP_KEYS = (
     "seq",
     "rev",
@@ -47,7 +47,7 @@ STEP_KEYS = (
 
 
 def step_payload(step: Step) -> dict[str, Any]:
-    """A step exactly as API.md lists it (every key present), plus extras."""
+    """A step exactly as docs/api.md lists it (every key present)."""
     data = {key: getattr(step, key) for key in STEP_KEYS}
     data["attempts"] = step.attempts or None
     data["tainted_by"] = (

@@ -1,4 +1,4 @@
-"""Who may see and do what (API.md "Authentication and permissions")."""
+"""Who may see and do what (docs/api.md "Authentication and permissions")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Where higher apps plug into a run (DESIGN.md "Layout": lower layers never import
-higher ones).
+"""Where higher apps plug into a run (docs/design.md "Layout": lower layers never
+import higher ones).
 
 A run parks a call by opening an approval request, and a cancelled run withdraws
 its pending requests; both belong to ``approvals``, which sits above ``runs``. The

@@ -67,7 +67,7 @@ def inherited_taint(task: Task) -> list[str]:
 
 
 def trace_document(task: Task) -> dict[str, Any]:
-    """The whole trace of ``task`` as one redacted JSON document (API.md)."""
+    """The whole trace of ``task`` as one redacted JSON document (docs/api.md)."""
     snapshot = AgentSnapshot.from_json(task.agent_snapshot)
     if task.is_imported:
         # Approvals of an imported trace live on as records in its origin.

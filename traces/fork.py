@@ -217,8 +217,8 @@ def _replanned(
             ErrorClass.INVALID_ARGUMENTS,
         ):
             raise ForkError(record.error or "The edited arguments are invalid.")
-        # API.md's two fields still speak of the model's call: the string it
-        # sent, and its object (what ran in the parent may be an approver's edit).
+        # The two fields of docs/api.md still speak of the model's call: the string
+        # it sent, and its object (what ran in the parent may be an approver's edit).
         record.raw_arguments = original.raw_arguments
         record.proposed_arguments = (
             original.proposed_arguments

@@ -204,7 +204,7 @@ class PydanticAI:
 
 
 class Platform:
-    """Agent Reach itself, over its public HTTP API (shared/API.md), as a client sees it.
+    """Agent Reach itself, over its public HTTP API (docs/api.md), as a client sees it.
 
     The product must already run with OPENAI_BASE_URL pointing at the fake server this run
     uses, and OPENAI_MODEL=fake-model. PLATFORM_URL (default http://127.0.0.1:8000) and

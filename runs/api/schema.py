@@ -1,4 +1,4 @@
-"""OpenAPI documentation of the API's JSON shapes (API.md), for drf-spectacular.
+"""OpenAPI documentation of the API's JSON shapes (docs/api.md), for drf-spectacular.
 
 The views build their JSON with the payload functions in ``runs.payloads``; these
 serializers only describe those shapes for ``/api/schema/`` and ``/api/docs/``.
@@ -108,7 +108,7 @@ class StepSchema(serializers.ModelSerializer):
     class Meta:
         model = Step
         fields = STEP_KEYS
-        # Every key is present in every step (API.md), null or not.
+        # Every key is present in every step (docs/api.md "Step"), null or not.
         extra_kwargs = {key: {"required": True} for key in STEP_KEYS}
 
 

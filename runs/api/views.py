@@ -1,4 +1,4 @@
-"""The JSON API of API.md: agents, tools, notes, conversations, tasks, steps."""
+"""The JSON API of docs/api.md: agents, tools, notes, conversations, tasks, steps."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def test_an_edited_approval_records_the_diff_and_runs_the_edited_call(
         ({**EMAIL, "cc": "boss@example.com"}, "cc"),
         ({**EMAIL, "subject": 42}, "subject"),
         (["not", "an", "object"], "object"),
-        # API.md: send_email's "to" is one address.
+        # docs/api.md "Built-in tools": send_email's "to" is one address.
         ({**EMAIL, "to": "ops@example.com, boss@example.com"}, "e-mail address"),
         ({**EMAIL, "to": "not an email address"}, "e-mail address"),
     ],

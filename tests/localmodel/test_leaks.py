@@ -1,9 +1,10 @@
 """A final answer never carries the handler's call syntax or a schema.
 
 The 1.5B model sometimes writes its call as prose (``functions calculate: 128 *
-6 + 320``) or answers with a tool's JSON schema (LOCAL_MODEL.md). ``find_leak``
-is pure; the handler test drives ``reach_tools_chat_handler`` with a stand-in
-for llama-cpp's ``Llama`` (the real grammar class, no weights).
+6 + 320``) or answers with a tool's JSON schema (docs/stack-notes.md, "The built-in
+model"). ``find_leak`` is pure; the handler test drives
+``reach_tools_chat_handler`` with a stand-in for llama-cpp's ``Llama`` (the real
+grammar class, no weights).
 """
 
 from __future__ import annotations

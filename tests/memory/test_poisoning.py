@@ -1,5 +1,5 @@
 """Poisoning contained: a poisoned note -> a remembered instruction -> a later
-run's write parks for approval (DESIGN.md "Taint"), end to end in-process.
+run's write parks for approval (docs/design.md "Taint"), end to end in-process.
 
 A note anyone could write carries an instruction. The run that reads it is
 tainted, so its ``remember`` waits for approval; once a (careless) approver

@@ -1,4 +1,4 @@
-"""The JSON API: authentication, ownership, shapes of API.md."""
+"""The JSON API: authentication, ownership, shapes of docs/api.md."""
 
 from __future__ import annotations
 

@@ -347,7 +347,7 @@ async def test_a_bad_missing_or_foreign_token_is_refused_whatever_the_cookie(
 async def test_a_token_socket_from_a_foreign_origin_is_refused_from_ours_it_opens(
     alice, operator, demo
 ):
-    """API.md: every socket from a foreign Origin is refused, a token socket too
+    """docs/api.md: every socket from a foreign Origin is refused, a token socket too
     (programs send no Origin; a page that sends one must be ours)."""
     task = await task_with_steps(alice, demo.agent)
     _, alices = await token_of(alice)
@@ -422,7 +422,7 @@ async def test_revoking_the_token_closes_its_sockets_but_not_the_sessions(alice,
 async def test_a_programs_socket_gets_api_events_without_html_unless_it_asks(
     alice, demo
 ):
-    """API.md's step events carry no page HTML: a program's socket gets none,
+    """A program's step events carry no page HTML (docs/api.md): its socket gets none,
     on resume (read) or live (pushed), unless its URL asks (``?html=1``)."""
     task = await task_with_steps(alice, demo.agent, count=1)
     _, key = await token_of(alice)

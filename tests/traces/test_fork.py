@@ -154,7 +154,7 @@ def test_taint_carries_over_so_an_edited_write_in_a_fork_waits_for_approval(
 def test_a_forked_edit_keeps_the_models_own_call_as_raw_and_proposed_arguments(
     alice, operator, demo, model, api_client_for
 ):
-    """API.md: raw_arguments is the string the model sent, proposed_arguments the
+    """docs/api.md: raw_arguments is the string the model sent, proposed_arguments the
     model's object; neither is the parent approver's edit nor the fork's."""
     edited = {"title": "Edited by the approver", "body": "Theirs."}
     parent = a_ticket_after_a_note(model, alice, operator, demo.agent, arguments=edited)

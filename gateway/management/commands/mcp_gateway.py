@@ -1,5 +1,5 @@
-"""``manage.py mcp_gateway``: the earlier name of ``mcp_serve`` (API.md), kept so
-client configurations written for it go on working."""
+"""``manage.py mcp_gateway``: the earlier name of ``mcp_serve`` (docs/api.md "MCP
+gateway"), kept so client configurations written for it go on working."""
 
 from gateway.management.commands.mcp_serve import Command
 
