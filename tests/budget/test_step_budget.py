@@ -314,11 +314,13 @@ def check(configuration: str, found: dict[str, float], why: Any = None) -> None:
 
 @pytest.fixture
 def counted_settings(settings: Any) -> Any:
-    # Every control check reads the row, as with a real model (whose calls take
-    # longer than the window in which a check answers from the last write): the
-    # count does not depend on how fast this machine runs the scripted model.
+    # A control check just after the journal's own write answers from it when
+    # the write is less than CONTROL_FRESH_S old; the loop's checks always come
+    # just after a write (a model call that outlasts a poll reads on its own,
+    # once a poll, whatever the step). Held open here, so the count does not
+    # depend on whether this machine stalled 50 ms between the two.
     settings.REACH_MEMORY_IN_CONTEXT = True
-    with mock.patch.object(runs, "CONTROL_FRESH_S", 0.0):
+    with mock.patch.object(runs, "CONTROL_FRESH_S", float("inf")):
         yield settings
 
 
