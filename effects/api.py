@@ -14,9 +14,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from effects.models import Note
+from infra.api.common import paginate
 from registry.permissions import can_register_tools
 from runs.api import schema
-from runs.api.common import paginate
 from runs.permissions import can_audit
 
 

@@ -95,4 +95,4 @@ urlpatterns = [
 ]
 
 # A path under /api/ that matches no route answers JSON, like every other refusal.
-handler404 = "runs.api.errors.not_found"
+handler404 = "infra.api.errors.not_found"

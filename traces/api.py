@@ -15,8 +15,9 @@ from rest_framework.views import APIView
 
 from audit.models import AuditKind
 from audit.services import audit_json_lines, audit_task
-from runs.api.common import error_response, visible_task_or_404
-from runs.api.parsers import BoundedJSONParser
+from infra.api.common import error_response
+from infra.api.parsers import BoundedJSONParser
+from runs.api.common import visible_task_or_404
 from runs.permissions import can_audit
 from traces.export import trace_document
 from traces.fork import ForkError, task_fork

@@ -15,6 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from infra.api.common import error_response, paginate, redacted
+from infra.api.schema import ErrorSchema
 from registry.access import (
     may_use_agent,
     offered_tools_for,
@@ -28,13 +30,7 @@ from registry.services import tool_from_definition, tool_save
 from runs import selectors
 from runs import services as runs
 from runs.api import schema
-from runs.api.common import (
-    error_response,
-    own_conversation_or_404,
-    paginate,
-    redacted,
-    visible_task_or_404,
-)
+from runs.api.common import own_conversation_or_404, visible_task_or_404
 from runs.budgets import DailyBudgetExceeded
 from runs.payloads import conversation_payload, step_payload, task_payload
 
@@ -259,9 +255,7 @@ class TaskSteps(APIView):
 
 
 class TaskCancel(APIView):
-    @extend_schema(
-        request=None, responses={202: schema.TaskSchema, 409: schema.ErrorSchema}
-    )
+    @extend_schema(request=None, responses={202: schema.TaskSchema, 409: ErrorSchema})
     def post(self, request: Request, task_id: str) -> Response:
         task = visible_task_or_404(request, task_id)
         user = request.user
