@@ -16,6 +16,7 @@ from memory import api as memory_api
 from memory import views as memory_views
 from reach_site.health import healthz
 from reach_site.metrics import metrics
+from registry import api as registry_api
 from runs import views as chat
 from runs.api import stream
 from runs.api import views as api
@@ -23,9 +24,9 @@ from traces import api as traces_api
 from traces import views as traces_views
 
 api_patterns = [
-    path("agents/", api.AgentList.as_view()),
-    path("tools/", api.ToolList.as_view()),
-    path("tools/<str:name>/versions/", api.ToolVersions.as_view()),
+    path("agents/", registry_api.AgentList.as_view()),
+    path("tools/", registry_api.ToolList.as_view()),
+    path("tools/<str:name>/versions/", registry_api.ToolVersions.as_view()),
     path("notes/", effects_api.NoteList.as_view()),
     path("conversations/", api.ConversationList.as_view()),
     path("conversations/<uuid:conversation_id>/", api.ConversationDetail.as_view()),

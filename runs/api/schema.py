@@ -8,14 +8,9 @@ What every operation shares (the refusals, their body, the session's scheme) is
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import serializers
 
-from engine.planning import TOOL_NAME_RE
-from registry.models import Tool
-from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS
 from runs.models import Message, Step, Task
 from runs.payloads import STEP_KEYS
 
@@ -170,64 +165,3 @@ class BudgetExceededSchema(serializers.Serializer):
         required=False, help_text="When the daily budget resets"
     )
     budget = BudgetSchema(required=False)
-
-
-class AgentSchema(serializers.Serializer):
-    name = serializers.CharField()
-    description = serializers.CharField()
-    model = serializers.CharField()
-    tools = serializers.ListField(child=serializers.CharField())
-
-
-class MCPToolSchema(serializers.Serializer):
-    server = serializers.CharField(allow_null=True)
-    tool = serializers.CharField()
-
-
-class ToolSchema(serializers.ModelSerializer):
-    """A tool definition: the fields of ``registry.payloads.TOOL_FIELDS``, typed as
-    the model types them (declared here only where JSON says more)."""
-
-    name = serializers.RegexField(TOOL_NAME_RE.pattern)
-    result_fields = serializers.ListField(child=serializers.CharField(), required=False)
-    tags = serializers.ListField(child=serializers.CharField(), required=False)
-    mcp = MCPToolSchema(
-        required=False, help_text="kind mcp: the registered server and its tool"
-    )
-
-    class Meta:
-        model = Tool
-        # Then the implementation, by kind (python: handler; http; mcp).
-        fields = (*TOOL_FIELDS, "handler", "http", "mcp", "version")
-        read_only_fields = ("version",)
-        extra_kwargs = {
-            name: {"required": name in TOOL_REQUIRED_FIELDS} for name in TOOL_FIELDS
-        } | {
-            "parameters": {
-                "required": True,
-                "help_text": "JSON Schema with an object root",
-            },
-            "handler": {"required": False},
-            "http": {"required": False},
-        }
-
-    def build_standard_field(self, field_name: str, model_field: Any) -> Any:
-        field_class, kwargs = super().build_standard_field(field_name, model_field)
-        # Drop the database's integer range: it is not the API's, and differs
-        # between SQLite and PostgreSQL.
-        kwargs.pop("max_value", None)
-        return field_class, kwargs
-
-
-class ToolVersionSchema(serializers.Serializer):
-    version = serializers.IntegerField()
-    changed_by = serializers.CharField(allow_null=True)
-    changed_at = serializers.DateTimeField()
-    definition = ToolSchema()
-
-
-class NoteSchema(serializers.Serializer):
-    id = serializers.IntegerField(read_only=True)
-    title = serializers.CharField()
-    content = serializers.CharField()
-    created_at = serializers.DateTimeField(read_only=True)
