@@ -13,10 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.permissions import can_audit
 from effects.models import Note
 from infra.api.common import paginate
 from registry.permissions import can_register_tools
-from runs.permissions import can_audit
 
 
 class NoteSchema(serializers.Serializer):
