@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from approvals.models import ApprovalRequest
-from registry.admin import ReadOnlyAdmin
+from infra.admin import ReadOnlyAdmin
 
 
 @admin.register(ApprovalRequest)

@@ -14,9 +14,9 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.payloads import approval_payload
 from approvals.selectors import approval_shown, approvals_shown
 from approvals.services import DecisionError, approval_decide, can_decide
-from runs.api.common import error_response, paginate, redacted
-from runs.api.schema import ErrorSchema
-from runs.permissions import can_audit
+from audit.permissions import can_audit
+from infra.api.common import error_response, paginate, redacted
+from infra.api.schema import ErrorSchema
 
 
 class ApprovalSchema(serializers.Serializer):

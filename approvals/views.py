@@ -20,8 +20,8 @@ from django.shortcuts import render
 from approvals.models import ApprovalRequest
 from approvals.selectors import approvals_shown, tools_shown
 from approvals.services import can_decide
+from audit.permissions import can_audit
 from registry.models import Agent, Tool
-from runs.permissions import can_audit
 from runs.selectors import filter_equal, filter_tainted
 
 FILTERS = ("tool", "risk", "agent", "user", "tainted")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from effects.models import Note, Outbox, Ticket, ToolExecution
-from registry.admin import ReadOnlyAdmin
+from infra.admin import ReadOnlyAdmin
 
 
 @admin.register(Note)

@@ -6,22 +6,28 @@ from typing import Any
 
 from django.db.models import Q
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.exceptions import ValidationError as ApiValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.permissions import can_audit
 from effects.models import Note
+from infra.api.common import paginate
 from registry.permissions import can_register_tools
-from runs.api import schema
-from runs.api.common import paginate
-from runs.permissions import can_audit
+
+
+class NoteSchema(serializers.Serializer):
+    id = serializers.IntegerField(read_only=True)
+    title = serializers.CharField()
+    content = serializers.CharField()
+    created_at = serializers.DateTimeField(read_only=True)
 
 
 class NoteList(APIView):
-    @extend_schema(responses=schema.NoteSchema(many=True))
+    @extend_schema(responses=NoteSchema(many=True))
     def get(self, request: Request) -> Response:
         notes = Note.objects.order_by("-created_at", "-id")
         query = request.query_params.get("q", "").strip()
@@ -32,7 +38,7 @@ class NoteList(APIView):
         page, headers = paginate(request, notes)
         return Response([_note(n) for n in page], headers=headers)
 
-    @extend_schema(request=schema.NoteSchema, responses={201: schema.NoteSchema})
+    @extend_schema(request=NoteSchema, responses={201: NoteSchema})
     def post(self, request: Request) -> Response:
         user = request.user
         if not (can_register_tools(user) or can_audit(user)):

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from evals import services
 from evals import tasks as celery_tasks
 from evals.models import EvalReport, Suite
-from runs.api.common import error_response, paginate
+from infra.api.common import error_response, paginate
 
 
 def _int(data: Any, key: str) -> int | None:

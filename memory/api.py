@@ -21,13 +21,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from infra.api.common import error_response, page_window, paginate, redacted
+from infra.api.schema import ErrorSchema
 from memory import services
 from memory.models import MemoryItem
 from memory.payloads import memory_payload
 from memory.permissions import can_manage_agent_memory
 from registry.models import Agent
-from runs.api.common import error_response, page_window, paginate, redacted
-from runs.api.schema import ErrorSchema
 
 
 class MemorySourceSchema(serializers.Serializer):

@@ -6,9 +6,9 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from approvals.services import can_decide
+from audit.permissions import can_audit
 from console.permissions import can_view_console
 from evals.services import can_run_evals
-from runs.permissions import can_audit
 
 
 def reach(request: HttpRequest) -> dict[str, Any]:

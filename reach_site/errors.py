@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.template import loader
 
-from runs.api.auth import STALE_PAGE
+from infra.api.auth import STALE_PAGE
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

@@ -312,18 +312,18 @@ EMAIL_TIMEOUT = env_float("REACH_EMAIL_TIMEOUT", 10.0)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "runs.api.auth.BearerTokenAuthentication",
-        "runs.api.auth.SessionAuthentication",
+        "infra.api.auth.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["runs.api.renderers.UnicodeJSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["infra.api.renderers.UnicodeJSONRenderer"],
     # Bounded JSON (size, depth, storable text): malformed bodies are a 4xx.
-    "DEFAULT_PARSER_CLASSES": ["runs.api.parsers.BoundedJSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "runs.api.schema.ReachAutoSchema",
+    "DEFAULT_PARSER_CLASSES": ["infra.api.parsers.BoundedJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "infra.api.schema.ReachAutoSchema",
     # In Redis, not Django's cache: one limit across every web process.
-    "DEFAULT_THROTTLE_CLASSES": ["runs.api.throttling.RedisUserRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["infra.api.throttling.RedisUserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": env_str("REACH_API_RATE", "1200/min")},
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-    "EXCEPTION_HANDLER": "runs.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "infra.api.errors.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agent Reach API",

@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from approvals import api as approvals_api
 from approvals import views as approvals_views
+from audit import api as audit_api
 from effects import api as effects_api
 from evals import api as evals_api
 from evals import views as evals_views
@@ -16,6 +17,7 @@ from memory import api as memory_api
 from memory import views as memory_views
 from reach_site.health import healthz
 from reach_site.metrics import metrics
+from registry import api as registry_api
 from runs import views as chat
 from runs.api import stream
 from runs.api import views as api
@@ -23,9 +25,9 @@ from traces import api as traces_api
 from traces import views as traces_views
 
 api_patterns = [
-    path("agents/", api.AgentList.as_view()),
-    path("tools/", api.ToolList.as_view()),
-    path("tools/<str:name>/versions/", api.ToolVersions.as_view()),
+    path("agents/", registry_api.AgentList.as_view()),
+    path("tools/", registry_api.ToolList.as_view()),
+    path("tools/<str:name>/versions/", registry_api.ToolVersions.as_view()),
     path("notes/", effects_api.NoteList.as_view()),
     path("conversations/", api.ConversationList.as_view()),
     path("conversations/<uuid:conversation_id>/", api.ConversationDetail.as_view()),
@@ -42,7 +44,7 @@ api_patterns = [
     path("tasks/<uuid:task_id>/rerun/", traces_api.TaskRerun.as_view()),
     path("tasks/<uuid:task_id>/fork/", traces_api.TaskFork.as_view()),
     path("traces/import/", traces_api.TraceImport.as_view()),
-    path("audit/", traces_api.AuditLog.as_view()),
+    path("audit/", audit_api.AuditLog.as_view()),
     path("evals/", evals_api.EvalList.as_view()),
     path("evals/<uuid:report_id>/", evals_api.EvalDetail.as_view()),
     path("memories/", memory_api.MemoryList.as_view()),
@@ -95,4 +97,4 @@ urlpatterns = [
 ]
 
 # A path under /api/ that matches no route answers JSON, like every other refusal.
-handler404 = "runs.api.errors.not_found"
+handler404 = "infra.api.errors.not_found"

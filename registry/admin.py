@@ -26,6 +26,7 @@ from django.utils.html import format_html, format_html_join
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.planning import InvalidArguments, parse_arguments, validate_arguments
+from infra.admin import ReadOnlyAdmin
 from registry.access import access_summary
 from registry.adapters.http import http_tool_try, sample_arguments
 from registry.adapters.mcp import MCPUnavailable, env_errors, mcp_import_tools
@@ -604,14 +605,6 @@ class ModelPriceAdmin(AuditedAdmin):
             ),
             "output_usd_per_m": str(obj.output_usd_per_m),
         }
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 class SecretForm(forms.ModelForm):

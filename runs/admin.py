@@ -9,7 +9,8 @@ from django.contrib import admin
 
 from audit.models import AuditKind
 from engine.pricing import format_usd
-from registry.admin import AuditedAdmin, ReadOnlyAdmin
+from infra.admin import ReadOnlyAdmin
+from registry.admin import AuditedAdmin
 from runs.models import ApiToken, Conversation, DailyBudget, Task
 
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from audit.permissions import can_audit
 from registry.access import usable_agents
 from registry.models import Agent
 from runs.models import Conversation, Task
 from runs.payloads import task_payload_rows
-from runs.permissions import can_audit
 
 
 def own_conversations(user: Any) -> QuerySet[Conversation]:

@@ -1,10 +1,8 @@
-"""Trace API: export, import, deterministic re-run, fork, and the audit log."""
+"""Trace API: export, import, deterministic re-run, fork (the audit log is
+``audit.api``'s)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -14,10 +12,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.models import AuditKind
-from audit.services import audit_json_lines, audit_task
-from runs.api.common import error_response, visible_task_or_404
-from runs.api.parsers import BoundedJSONParser
-from runs.permissions import can_audit
+from audit.permissions import can_audit
+from audit.services import audit_task
+from infra.api.common import error_response
+from infra.api.parsers import BoundedJSONParser
+from runs.api.common import visible_task_or_404
 from traces.export import trace_document
 from traces.fork import ForkError, task_fork
 from traces.imports import TraceInvalid, trace_import
@@ -116,33 +115,3 @@ class TraceImport(APIView):
                 status=status.HTTP_400_BAD_REQUEST,
             )
         return Response({"task": str(task.pk)}, status=status.HTTP_201_CREATED)
-
-
-class AuditLog(APIView):
-    """``GET /api/audit/?after=POSITION&limit=N``: the log as JSON lines (auditors).
-
-    Oldest first, so a collector can resume after the last position it stored.
-    """
-
-    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
-        # JSON lines whatever the client accepts (the log is one format).
-        return super().perform_content_negotiation(request, force=True)
-
-    @extend_schema(responses={(200, "application/x-ndjson"): OpenApiTypes.STR})
-    def get(self, request: Request) -> StreamingHttpResponse:
-        if not can_audit(request.user):
-            raise PermissionDenied("Only auditors read the audit log.")
-        try:
-            after = int(request.query_params.get("after", 0))
-            limit_raw = request.query_params.get("limit")
-            limit = int(limit_raw) if limit_raw else None
-        except ValueError as exc:
-            raise ParseError("after and limit are integers.") from exc
-        if limit is not None and limit < 1:
-            raise ParseError("limit is at least 1.")
-        response = StreamingHttpResponse(
-            audit_json_lines(after=after, limit=limit),
-            content_type="application/x-ndjson; charset=utf-8",
-        )
-        response["Content-Disposition"] = 'inline; filename="audit.jsonl"'
-        return response

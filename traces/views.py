@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 
 from approvals.models import ApprovalRequest
 from approvals.selectors import task_approvals
+from audit.permissions import can_audit
 from engine.canonical import dumps
 from engine.pricing import format_usd, snapshot_price
 from engine.routing import ROUTE_KEY, Route, RouteBy, recorded_route
@@ -32,7 +33,6 @@ from engine.spec import (
 )
 from registry.models import Agent
 from runs.models import Message, Step, Task
-from runs.permissions import can_audit
 from runs.selectors import filter_equal, filter_tainted, visible_task, visible_tasks
 from traces import charts, stats
 from traces.replay import policy_decision

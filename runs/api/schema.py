@@ -2,21 +2,15 @@
 
 The views build their JSON with the payload functions in ``runs.payloads``; these
 serializers only describe those shapes for ``/api/schema/`` and ``/api/docs/``.
+What every operation shares (the refusals, their body, the session's scheme) is
+``infra.api.schema``'s.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from drf_spectacular.authentication import SessionScheme
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 
-from engine.planning import TOOL_NAME_RE
-from registry.models import Tool
-from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS
 from runs.models import Message, Step, Task
 from runs.payloads import STEP_KEYS
 
@@ -31,12 +25,6 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "A token from `manage.py issue_token USERNAME`.",
         }
-
-
-class SessionCookieScheme(SessionScheme):
-    """The session cookie, as for DRF's SessionAuthentication (ours subclasses it)."""
-
-    target_class = "runs.api.auth.SessionAuthentication"
 
 
 class UsageSchema(serializers.Serializer):
@@ -177,110 +165,3 @@ class BudgetExceededSchema(serializers.Serializer):
         required=False, help_text="When the daily budget resets"
     )
     budget = BudgetSchema(required=False)
-
-
-class AgentSchema(serializers.Serializer):
-    name = serializers.CharField()
-    description = serializers.CharField()
-    model = serializers.CharField()
-    tools = serializers.ListField(child=serializers.CharField())
-
-
-class MCPToolSchema(serializers.Serializer):
-    server = serializers.CharField(allow_null=True)
-    tool = serializers.CharField()
-
-
-class ToolSchema(serializers.ModelSerializer):
-    """A tool definition: the fields of ``registry.payloads.TOOL_FIELDS``, typed as
-    the model types them (declared here only where JSON says more)."""
-
-    name = serializers.RegexField(TOOL_NAME_RE.pattern)
-    result_fields = serializers.ListField(child=serializers.CharField(), required=False)
-    tags = serializers.ListField(child=serializers.CharField(), required=False)
-    mcp = MCPToolSchema(
-        required=False, help_text="kind mcp: the registered server and its tool"
-    )
-
-    class Meta:
-        model = Tool
-        # Then the implementation, by kind (python: handler; http; mcp).
-        fields = (*TOOL_FIELDS, "handler", "http", "mcp", "version")
-        read_only_fields = ("version",)
-        extra_kwargs = {
-            name: {"required": name in TOOL_REQUIRED_FIELDS} for name in TOOL_FIELDS
-        } | {
-            "parameters": {
-                "required": True,
-                "help_text": "JSON Schema with an object root",
-            },
-            "handler": {"required": False},
-            "http": {"required": False},
-        }
-
-    def build_standard_field(self, field_name: str, model_field: Any) -> Any:
-        field_class, kwargs = super().build_standard_field(field_name, model_field)
-        # Drop the database's integer range: it is not the API's, and differs
-        # between SQLite and PostgreSQL.
-        kwargs.pop("max_value", None)
-        return field_class, kwargs
-
-
-class ToolVersionSchema(serializers.Serializer):
-    version = serializers.IntegerField()
-    changed_by = serializers.CharField(allow_null=True)
-    changed_at = serializers.DateTimeField()
-    definition = ToolSchema()
-
-
-class NoteSchema(serializers.Serializer):
-    id = serializers.IntegerField(read_only=True)
-    title = serializers.CharField()
-    content = serializers.CharField()
-    created_at = serializers.DateTimeField(read_only=True)
-
-
-class ErrorSchema(serializers.Serializer):
-    """Every refusal: ``error`` is the message; field errors add a key per field."""
-
-    error = serializers.CharField()
-    detail = serializers.JSONField(
-        required=False, help_text="DRF's detail: the message, or field errors"
-    )
-
-
-#: The refusals any operation may answer, whatever it does: the parser's, the
-#: authentication's, the permissions' and the throttle's.
-REFUSALS = {
-    "400": "Malformed: not JSON, nested too deeply, text that cannot be stored, "
-    "or field errors (one key per field, beside error)",
-    "401": "No valid credentials (a bearer token or a session)",
-    "403": "The caller's role may not do this (or the CSRF check failed)",
-    "429": "Too many requests: the API throttle",
-}
-#: Only where the path names an object.
-NOT_FOUND = {"404": "No such object, or one the caller may not see"}
-#: Only where the operation takes a body.
-TOO_LARGE = {"413": "The body is larger than the limit"}
-
-
-class ReachAutoSchema(AutoSchema):
-    """drf-spectacular's schema with the refusals every operation may answer
-    documented beside its own responses (which win when they name the same
-    status)."""
-
-    def _get_response_bodies(self, direction: Any = "response") -> Any:
-        responses = super()._get_response_bodies(direction)
-        refusals = dict(REFUSALS)
-        if "{" in self.path:
-            refusals |= NOT_FOUND
-        if self.method in ("POST", "PUT", "PATCH"):
-            refusals |= TOO_LARGE
-        for code, description in refusals.items():
-            if code not in responses:
-                responses[code] = self._get_response_for_code(
-                    OpenApiResponse(ErrorSchema, description=description),
-                    code,
-                    direction=direction,
-                )
-        return responses

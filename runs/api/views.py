@@ -1,12 +1,8 @@
-"""The JSON API of docs/api.md: agents, tools, notes, conversations, tasks, steps."""
+"""The JSON API of docs/api.md: conversations, tasks, steps (the registry's agents and
+tools are ``registry.api``'s, the notes ``effects.api``'s)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
-from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
@@ -15,108 +11,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from registry.access import (
-    may_use_agent,
-    offered_tools_for,
-    usable_agents,
-    usable_tools_of,
-)
-from registry.models import Agent, Tool
-from registry.payloads import tool_definition
-from registry.permissions import can_register_tools
-from registry.services import tool_from_definition, tool_save
+from infra.api.common import error_response, paginate, redacted
+from infra.api.schema import ErrorSchema
+from registry.access import may_use_agent
+from registry.models import Agent
 from runs import selectors
 from runs import services as runs
 from runs.api import schema
-from runs.api.common import (
-    error_response,
-    own_conversation_or_404,
-    paginate,
-    redacted,
-    visible_task_or_404,
-)
+from runs.api.common import own_conversation_or_404, visible_task_or_404
 from runs.budgets import DailyBudgetExceeded
 from runs.payloads import conversation_payload, step_payload, task_payload
-
-
-class AgentList(APIView):
-    @extend_schema(
-        responses=schema.AgentSchema(many=True),
-        description="Newest first: the agents the caller may use, each with the "
-        "tools its runs offer the caller.",
-    )
-    def get(self, request: Request) -> Response:
-        agents = usable_agents(request.user).order_by("-created_at", "-id")
-        page, headers = paginate(request, agents)
-        return Response(
-            [
-                {
-                    "name": a.name,
-                    "description": a.description,
-                    "model": a.effective_model,
-                    "tools": [t.name for t in offered_tools_for(a, request.user)],
-                    "default": a.is_default,
-                }
-                for a in page
-            ],
-            headers=headers,
-        )
-
-
-def _listed_tools(user: Any) -> QuerySet[Tool]:
-    """The registry as ``user`` may read it: all of it for those who register
-    tools, else the tools they may use (a hidden tool is not found)."""
-    tools = Tool.objects.order_by("-created_at", "-id")
-    return tools if can_register_tools(user) else usable_tools_of(user, tools)
-
-
-class ToolList(APIView):
-    @extend_schema(
-        responses=schema.ToolSchema(many=True),
-        description="Every tool for admins; for others, the tools they may use.",
-    )
-    def get(self, request: Request) -> Response:
-        page, headers = paginate(request, _listed_tools(request.user))
-        return Response([tool_definition(t) for t in page], headers=headers)
-
-    @extend_schema(
-        request=schema.ToolSchema,
-        responses={201: schema.ToolSchema, 200: schema.ToolSchema},
-    )
-    def post(self, request: Request) -> Response:
-        if not can_register_tools(request.user):
-            raise PermissionDenied("Only admins register tools.")
-        if not isinstance(request.data, dict):
-            raise ApiValidationError({"detail": ["Send a tool definition object."]})
-        try:
-            tool = tool_from_definition(request.data)
-            tool, changed = tool_save(tool=tool, user=request.user)
-        except ValidationError as exc:
-            raise ApiValidationError(exc.message_dict) from exc
-        code = status.HTTP_201_CREATED if changed else status.HTTP_200_OK
-        return Response(tool_definition(tool), status=code)
-
-
-class ToolVersions(APIView):
-    @extend_schema(responses=schema.ToolVersionSchema(many=True))
-    def get(self, request: Request, name: str) -> Response:
-        tool = _listed_tools(request.user).filter(name=name).first()
-        if tool is None:
-            raise Http404
-        versions = tool.versions.select_related("changed_by").order_by("-version")
-        page, headers = paginate(request, versions)
-        return Response(
-            [
-                {
-                    "version": v.version,
-                    "changed_by": v.changed_by.get_username() if v.changed_by else None,
-                    "changed_at": v.changed_at.isoformat(),
-                    "definition": v.definition,
-                }
-                for v in page
-            ],
-            headers=headers,
-        )
 
 
 class ConversationList(APIView):
@@ -259,9 +163,7 @@ class TaskSteps(APIView):
 
 
 class TaskCancel(APIView):
-    @extend_schema(
-        request=None, responses={202: schema.TaskSchema, 409: schema.ErrorSchema}
-    )
+    @extend_schema(request=None, responses={202: schema.TaskSchema, 409: ErrorSchema})
     def post(self, request: Request, task_id: str) -> Response:
         task = visible_task_or_404(request, task_id)
         user = request.user

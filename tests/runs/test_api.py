@@ -159,7 +159,7 @@ def test_the_task_detail_reads_only_the_payloads_columns_and_shows_them_all(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from runs.api.common import redacted
+    from infra.api.common import redacted
     from runs.payloads import task_payload
 
     task = start(alice, demo.agent, "hello")

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from django.test import Client
 
+from infra.api.auth import STALE_PAGE
 from runs import services as runs
-from runs.api.auth import STALE_PAGE
 from runs.models import Conversation
 from tests.support.cast import QUESTION
 from tests.support.clients import logged_in

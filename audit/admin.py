@@ -6,7 +6,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from audit.models import AuditEvent
-from registry.admin import ReadOnlyAdmin
+from infra.admin import ReadOnlyAdmin
 
 
 @admin.register(AuditEvent)
