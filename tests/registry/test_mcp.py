@@ -19,7 +19,7 @@ from engine.execution import ToolError
 from registry.adapters import mcp
 from registry.models import Agent, MCPServer, Tool, ToolVersion
 from registry.services import tool_confirm, tool_save
-from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Step
 from tests.support.admin_forms import admin_form_data
 from tests.support.mcp_server import MCPHttpServer, stdio_command
@@ -399,7 +399,7 @@ def test_a_destructive_mcp_tool_waits_for_approval_then_runs_once(
     assert (approval.tool, approval.risk) == ("delete_order", "irreversible")
 
     approval_decide(approval=approval, user=operator, decision="approve")
-    runs.task_advance(task_id=task.pk)
+    run_tasks.task_advance(task_id=task.pk)
 
     task.refresh_from_db()
     assert task.status == "succeeded", task.error_message
