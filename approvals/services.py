@@ -40,7 +40,8 @@ from engine.spec import (
 )
 from infra.runtime import redactor
 from runs import ports
-from runs import services as runs
+from runs import steps as run_steps
+from runs import tasks as run_tasks
 from runs.models import Step, Task
 
 DECIDE_PERMISSION = "approvals.decide_approval"
@@ -305,7 +306,7 @@ def approval_decide(
             },
         )
         approval_events.approval_changed_on_commit(current.pk)
-        runs.enqueue_advance(task.pk)
+        run_tasks.enqueue_advance(task.pk)
     return ApprovalRequest.objects.get(pk=approval.pk)
 
 
@@ -405,7 +406,7 @@ def _apply_to_step(
         step.status = StepStatus.REJECTED
         detail[DetailKey.REASON] = reason
         step.finished_at = timezone.now()
-    runs.step_transition(task=task, step=step, detail=detail)
+    run_steps.step_transition(task=task, step=step, detail=detail)
 
 
 def approvals_expire() -> int:
@@ -423,12 +424,12 @@ def approvals_expire() -> int:
             if not won:
                 continue
             step = Step.objects.select_for_update().get(pk=approval.step_id)
-            runs.step_transition(
+            run_steps.step_transition(
                 task=task, step=step, status=StepStatus.EXPIRED, finished_at=now
             )
             _audit(AuditKind.APPROVAL_EXPIRED, approval, actor="system")
             approval_events.approval_changed_on_commit(approval.pk)
-            runs.enqueue_advance(task.pk)
+            run_tasks.enqueue_advance(task.pk)
             count += 1
     return count
 
@@ -444,7 +445,7 @@ def approvals_cancel_for_task(*, task: Task, by: Any = None) -> None:
         ApprovalRequest.objects.filter(
             pk=approval.pk, status=ApprovalRequest.Status.PENDING
         ).update(status=ApprovalRequest.Status.CANCELLED, decided_at=now, decided_by=by)
-        runs.step_transition(
+        run_steps.step_transition(
             task=task,
             step=Step.objects.get(pk=approval.step_id),
             status=StepStatus.SKIPPED,

@@ -32,6 +32,7 @@ from registry.models import Agent
 from registry.services import agent_snapshot
 from runs import counters
 from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Task
 from runs.tasks import advance
 
@@ -56,7 +57,7 @@ def warm_up() -> None:
     for _ in range(3):
         conversation = runs.conversation_create(owner=alice, agent=agent)
         task = runs.task_start(conversation=conversation, content="warm up")
-        runs.task_advance(task_id=task.pk)
+        run_tasks.task_advance(task_id=task.pk)
 
 
 def started_runs(tasks: int) -> list[Any]:
@@ -64,7 +65,7 @@ def started_runs(tasks: int) -> list[Any]:
     not enqueued: this process drives them (``task_advance``)."""
     alice = get_user_model().objects.get(username="alice")
     agent = Agent.objects.get(name="assistant")
-    with mock.patch.object(runs, "enqueue_advance"):
+    with mock.patch.object(run_tasks, "enqueue_advance"):
         ids = []
         for number in range(tasks):
             conversation = runs.conversation_create(owner=alice, agent=agent)
@@ -80,7 +81,7 @@ def platform_loop(model: Proc, tasks: int, steps: int) -> dict[str, Any]:
     ids = started_runs(tasks)
     for task_id in ids:
         started = time.perf_counter()
-        runs.task_advance(task_id=task_id)
+        run_tasks.task_advance(task_id=task_id)
         elapsed = time.perf_counter() - started
         done = Task.objects.get(pk=task_id)
         assert done.status == "succeeded", (done.status, done.error_message)
@@ -202,7 +203,7 @@ def counted_runs(tasks: int) -> dict[str, float]:
     with connection.execute_wrapper(counted):
         profile.enable()
         for task_id in ids:
-            runs.task_advance(task_id=task_id)
+            run_tasks.task_advance(task_id=task_id)
         profile.disable()
     counters.flush()  # before the benchmark's Redis stops
     calls = pstats.Stats(profile).total_calls  # type: ignore[attr-defined]
@@ -272,7 +273,7 @@ def concurrent(
 
         def make(count: int) -> list[str]:
             ids = []
-            with mock.patch.object(runs, "enqueue_advance"):
+            with mock.patch.object(run_tasks, "enqueue_advance"):
                 for _ in range(count):
                     conversation = runs.conversation_create(owner=alice, agent=agent)
                     task = runs.task_start(conversation=conversation, content=QUESTION)

@@ -29,9 +29,14 @@ FRAME = re.compile(r"^(?P<func>.*?) \((?P<path>.*?)(?::(?P<line>\d+))?\)$")
 
 #: (area, path fragment), innermost match wins; tried in this order per frame.
 AREAS: list[tuple[str, str]] = [
-    ("product: runs/services.py (claim, journal, finish)", "runs/services.py"),
+    ("product: runs/ claim, journal, step writes, finish", "runs/services.py"),
+    ("product: runs/ claim, journal, step writes, finish", "runs/leases.py"),
+    ("product: runs/ claim, journal, step writes, finish", "runs/journal.py"),
+    ("product: runs/ claim, journal, step writes, finish", "runs/steps.py"),
+    ("product: runs/ claim, journal, step writes, finish", "runs/sql.py"),
+    ("product: runs/ claim, journal, step writes, finish", "runs/finish.py"),
     ("product: runs/events.py (pushes)", "runs/events.py"),
-    ("product: runs/tasks.py (Celery task body)", "runs/tasks.py"),
+    ("product: runs/tasks.py (Celery tasks, the driver)", "runs/tasks.py"),
     ("product: runs/payloads.py", "runs/payloads.py"),
     ("product: runs/ other", "/runs/"),
     ("product: engine/loop.py", "engine/loop.py"),

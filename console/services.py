@@ -1,7 +1,7 @@
 """What an operator does from the console: cancel, re-queue, retry.
 
 Each action checks the operator's permission, goes through the service that owns
-it (``runs.services.task_cancel``, ``runs.services.enqueue_advance``,
+it (``runs.services.task_cancel``, ``runs.tasks.enqueue_advance``,
 ``traces.fork.task_fork``) and is audited with the operator as its actor.
 """
 
@@ -20,6 +20,7 @@ from audit.services import audit_task
 from console.board import long_queued_runs, stuck_runs
 from console.permissions import can_operate_console
 from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Task
 from traces.fork import ForkError, task_fork
 
@@ -82,7 +83,7 @@ def console_requeue(*, task: Task, user: Any) -> Task:
                 "lease_epoch": task.lease_epoch,
             },
         )
-        runs.enqueue_advance(task.pk)
+        run_tasks.enqueue_advance(task.pk)
     return task
 
 

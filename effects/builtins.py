@@ -7,8 +7,9 @@ from typing import Any
 from django.db.models import Q
 
 from effects import search
+from effects.dispatch import outbox_dispatch
 from effects.models import Note, Ticket
-from effects.services import effect_once, outbox_dispatch, queue_email
+from effects.services import effect_once, queue_email
 from engine.execution import ToolError
 from engine.formats import is_email
 from engine.safe_eval import EvaluationError, evaluate_arithmetic

@@ -3,7 +3,8 @@
 A write and its ledger row commit in one transaction; a second execution with
 the same key returns the stored result and does nothing. Mail cannot join a
 database transaction, so ``send_email`` writes an outbox row in the ledger's
-transaction and the dispatcher sends it with a ``Message-ID`` derived from the key.
+transaction and the dispatcher (:mod:`effects.dispatch`) sends it with a
+``Message-ID`` derived from the key.
 """
 
 from __future__ import annotations
@@ -11,16 +12,10 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
-from django.core.mail import EmailMessage
 from django.db import IntegrityError, transaction
-from django.db.models import Q
-from django.utils import timezone
 
-# The module, not its names: effects.tasks imports this module too.
 from effects import tasks as effect_tasks
 from effects.models import Outbox, ToolExecution
 from engine.canonical import canonical_hash
@@ -114,66 +109,3 @@ def _enqueue_dispatch(key: str) -> None:
         effect_tasks.dispatch_mail.delay(key)
     except Exception:  # noqa: BLE001 - the beat dispatcher sends it within 30 s
         log.warning("enqueue of mail %s failed; the dispatcher will send it", key)
-
-
-def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
-    """Send pending mail (one key, or a batch); return the status of ``key``."""
-    rows = Outbox.objects.filter(status=Outbox.Status.PENDING)
-    if key is not None:
-        rows = rows.filter(idempotency_key=key)
-    status = None
-    for row in list(rows.order_by("created_at")[:limit]):
-        # Claim the row so two dispatchers never send it twice; the claim time
-        # tells the reaper of stuck sends how long this send has been in flight.
-        claimed = Outbox.objects.filter(pk=row.pk, status=Outbox.Status.PENDING).update(
-            status=Outbox.Status.SENDING,
-            attempts=row.attempts + 1,
-            claimed_at=timezone.now(),
-        )
-        if not claimed:
-            continue
-        message = EmailMessage(
-            subject=row.subject,
-            body=row.body,
-            from_email=settings.DEFAULT_FROM_EMAIL,
-            to=[row.to],
-            headers={"Message-ID": row.message_id},
-        )
-        try:
-            message.send(fail_silently=False)
-        except Exception as exc:  # noqa: BLE001 - retried by the beat dispatcher
-            log.warning("sending %s failed: %s", row.message_id, exc)
-            Outbox.objects.filter(pk=row.pk).update(
-                status=Outbox.Status.PENDING, last_error=str(exc)[:500]
-            )
-            status = "queued"
-            continue
-        Outbox.objects.filter(pk=row.pk).update(
-            status=Outbox.Status.SENT, sent_at=timezone.now()
-        )
-        status = "sent"
-    if key is not None and status is None:
-        row = Outbox.objects.filter(idempotency_key=key).first()
-        status = row.status if row else None
-    return status
-
-
-def outbox_reset_stuck(older_than_s: int = 600) -> int:
-    """Mail left 'sending' by a crashed dispatcher goes back to pending.
-
-    A send is stuck when it was *claimed* more than ``older_than_s`` ago (far
-    beyond ``EMAIL_TIMEOUT``), however long the mail waited before its claim:
-    judged by its age, a mail that waited and was just claimed would go back to
-    pending while its first send is in flight, and be sent twice. Its Message-ID
-    is derived from the idempotency key, so a receiver that got the first copy
-    of a really stuck send recognises the second.
-    """
-    cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    stuck = Q(claimed_at__lt=cutoff) | Q(
-        # Claimed before claims were recorded: its age is all there is to go by.
-        claimed_at__isnull=True,
-        created_at__lt=cutoff,
-    )
-    return Outbox.objects.filter(stuck, status=Outbox.Status.SENDING).update(
-        status=Outbox.Status.PENDING
-    )

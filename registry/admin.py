@@ -29,8 +29,9 @@ from engine.planning import InvalidArguments, parse_arguments, validate_argument
 from infra.admin import ReadOnlyAdmin
 from registry.access import access_summary
 from registry.adapters.http import http_tool_try, sample_arguments
-from registry.adapters.mcp import MCPUnavailable, env_errors, mcp_import_tools
+from registry.adapters.mcp import MCPUnavailable, env_errors
 from registry.lint import lint_registry, lint_tool_in_registry
+from registry.mcp_import import mcp_import_tools
 from registry.models import Agent, MCPServer, ModelPrice, Secret, Tool, ToolVersion
 from registry.payloads import (
     TOOL_IMPLEMENTATION_FIELDS,

@@ -25,8 +25,6 @@ from engine.routing import ROUTE_KEY, ROUTING_KEY, Route, Routing
 from engine.safe_eval import EvaluationError, validate_rule
 from engine.spec import AgentSnapshot, Handler, Toolbox, ToolSpec
 from registry import access
-
-# The module, not its names: registry.adapters.mcp imports this module too.
 from registry.adapters import mcp as mcp_adapter
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.handlers import get_handler, handler_names

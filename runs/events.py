@@ -21,7 +21,7 @@ def _redactor() -> Redactor:
 
 def step_event(step: Any, *, redact: bool = True, html: bool = True) -> dict[str, Any]:
     """The websocket's step event; ``redact`` False for a row just stored (it was
-    redacted on its way in, :func:`runs.services.steps_insert`); ``html`` False
+    redacted on its way in, :func:`runs.steps.steps_insert`); ``html`` False
     for a client that draws no page (:func:`with_html` adds it later)."""
     payload = step_payload(step)
     if redact:

@@ -7,7 +7,7 @@ planned again the way a live run plans a turn (:class:`engine.planning.Planner`)
 validation, policy, approval and taint (the parent's taint carries over), the
 call cap, repeated-call detection and the circuit breaker. When N is a model
 call, the model is asked again (possibly another model). The steps are written
-through the journal's insert path (:func:`runs.services.steps_insert`), and the
+through the journal's insert path (:func:`runs.steps.steps_insert`), and the
 new task then runs through the normal runner.
 """
 
@@ -33,7 +33,10 @@ from engine.spec import (
 )
 from infra.runtime import redactor
 from runs import events as notify
+from runs import journal as run_journal
 from runs import services as runs
+from runs import steps as run_steps
+from runs import tasks as run_tasks
 from runs.models import Conversation, Step, Task
 
 
@@ -124,7 +127,7 @@ def task_fork(
         fork = Task.objects.select_for_update().get(pk=fork.pk)
         # The new conversation has no earlier turns; carry the parent's.
         snapshot = AgentSnapshot.from_json(fork.agent_snapshot).replace(
-            history=tuple(runs.run_history(task))
+            history=tuple(run_journal.run_history(task))
         )
         fork.agent_snapshot = snapshot.to_json()
         fork.save(update_fields=["agent_snapshot"])
@@ -140,13 +143,13 @@ def task_fork(
                 copied=records,
                 planner=Planner(
                     specs=snapshot.specs(),
-                    limits=runs.run_limits(fork, snapshot=snapshot),
+                    limits=run_tasks.run_limits(fork, snapshot=snapshot),
                     redactor=redactor(),
                 ),
             )
         # Copies and re-planned calls alike go in the way a run writes its steps
         # (counters bumped, parked calls' requests opened).
-        runs.steps_insert(task=fork, records=records)
+        run_steps.steps_insert(task=fork, records=records)
         audit_task(
             AuditKind.TASK_FORKED,
             task_id=fork.pk,

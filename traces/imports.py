@@ -34,8 +34,8 @@ from engine.spec import (
 )
 from infra.runtime import redactor
 from registry.models import Agent
+from runs.finish import message_add
 from runs.models import Conversation, Message, Step, Task
-from runs.services import message_add
 from traces.export import FORMAT
 
 MAX_STEPS = 20_000

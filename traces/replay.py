@@ -17,7 +17,8 @@ from engine.spec import AgentSnapshot, ToolSpec
 from infra import runtime
 from registry.models import Tool
 from registry.services import spec_for
-from runs.services import run_history, run_limits
+from runs.journal import run_history
+from runs.tasks import run_limits
 from traces.export import inherited_taint
 
 # What the trace pages and tests know this module by; they live in engine.replay.

@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 from approvals.models import ApprovalRequest, ApprovalVote
 from audit.models import AuditEvent
 from effects.models import Outbox
-from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Step
 from tests.support.clients import bearer_client, decision_url
 from tests.support.runs import user_in
@@ -142,7 +142,7 @@ def test_two_decisions_at_once_on_one_turn_still_resume_the_task(
     outcomes: list[str] = []
 
     def run_now(args: Any = (), **_: Any) -> None:
-        outcomes.append(runs.task_advance(task_id=args[0]))
+        outcomes.append(run_tasks.task_advance(task_id=args[0]))
 
     monkeypatch.setattr(tasks.advance, "apply_async", run_now)
     operator, carol = approvers(2)

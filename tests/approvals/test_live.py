@@ -15,8 +15,8 @@ from django.core import mail
 
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
+from effects.dispatch import outbox_dispatch
 from effects.models import Outbox
-from effects.services import outbox_dispatch
 from tests.support.cast import EMAIL, EMAIL_PREVIEW
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask, pending, user_in

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from runs import services as runs
+from runs import leases as run_leases
 from runs.models import Task
 from tests.support.browser import log_in, real_password
 from tests.support.cast import PASSWORD
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 def stuck_run(user: Any, agent: Any) -> Task:
     task = start(user, agent, "a run whose worker died")
-    assert runs.task_claim(task_id=task.pk, owner="deadhost:999:0badf00d")
+    assert run_leases.task_claim(task_id=task.pk, owner="deadhost:999:0badf00d")
     Task.objects.filter(pk=task.pk).update(
         lease_expires_at=timezone.now() - dt.timedelta(minutes=5)
     )

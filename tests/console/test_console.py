@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent, AuditKind
 from infra.runtime import redis_client
-from runs import services as runs
+from runs import leases as run_leases
 from runs.models import Task
 from tests.support.cast import EMAIL
 from tests.support.clients import logged_in
@@ -41,7 +41,7 @@ def _ago(**delta: Any) -> dt.datetime:
 def stuck_run(user: Any, agent: Any, content: str = "stuck") -> Task:
     """A run whose worker died: claimed, then its lease ran out."""
     task = start(user, agent, content)
-    assert runs.task_claim(task_id=task.pk, owner=DEAD) is not None
+    assert run_leases.task_claim(task_id=task.pk, owner=DEAD) is not None
     Task.objects.filter(pk=task.pk).update(lease_expires_at=_ago(minutes=5))
     return Task.objects.get(pk=task.pk)
 

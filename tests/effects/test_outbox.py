@@ -13,8 +13,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from effects.dispatch import outbox_dispatch, outbox_reset_stuck
 from effects.models import Outbox
-from effects.services import outbox_dispatch, outbox_reset_stuck, queue_email
+from effects.services import queue_email
 from effects.tasks import dispatch_outbox
 
 pytestmark = pytest.mark.django_db(transaction=True)

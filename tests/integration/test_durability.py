@@ -22,7 +22,8 @@ from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from effects.models import Ticket, ToolExecution
-from runs import services as runs
+from runs import leases as run_leases
+from runs import tasks as run_tasks
 from runs.models import Step, Task
 from tests.support import extra_tools
 from tests.support.replies import AnyReply, RecordingHandler, delay, text, tool_call
@@ -223,7 +224,7 @@ def test_the_reaper_requeues_expired_leases_and_lost_enqueues_only(alice, demo):
     fresh = task("queued", updated_at=now)
     done = task("succeeded", lease_expires_at=now - timedelta(1))
 
-    reaped = set(runs.tasks_reap())
+    reaped = set(run_tasks.tasks_reap())
 
     assert {str(expired.pk), str(lost.pk)} <= reaped
     assert not {str(alive.pk), str(fresh.pk), str(done.pk)} & reaped
@@ -241,7 +242,7 @@ def test_of_many_workers_claiming_one_task_at_once_exactly_one_wins(alice, demo)
         close_old_connections()
         try:
             together.wait()
-            epoch = runs.task_claim(task_id=task.pk, owner=f"w{number}")
+            epoch = run_leases.task_claim(task_id=task.pk, owner=f"w{number}")
             with lock:
                 epochs.append(epoch)
         finally:
@@ -262,11 +263,11 @@ def test_a_heartbeat_keeps_the_lease_of_a_live_run_and_not_of_a_fenced_one(
 ):
     settings.REACH_HEARTBEAT_S = 0.05
     task = start(alice, demo.agent)
-    epoch = runs.task_claim(task_id=task.pk, owner="w1")
+    epoch = run_leases.task_claim(task_id=task.pk, owner="w1")
     assert epoch is not None
     soon = timezone.now() + timedelta(seconds=1)
     Task.objects.filter(pk=task.pk).update(lease_expires_at=soon)
-    beat = runs._Heartbeat()
+    beat = run_leases._Heartbeat()
     beat.add(str(task.pk), "w1", epoch)
     try:
         wait_for(

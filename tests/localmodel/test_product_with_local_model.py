@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from engine.safe_eval import evaluate_arithmetic
-from runs import services as runs
+from runs import tasks as run_tasks
 from tests.support.cast import QUESTION
 from tests.support.runs import start
 
@@ -31,7 +31,7 @@ def test_the_local_model_searches_the_notes_calculates_and_answers_1088(
     settings.REACH_MODEL_TEMPERATURE = 0.0
     task = start(alice, demo.agent, QUESTION)
 
-    runs.task_advance(task_id=task.pk)
+    run_tasks.task_advance(task_id=task.pk)
 
     task.refresh_from_db()
     calls = [

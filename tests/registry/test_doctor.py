@@ -10,6 +10,7 @@ from django.core.management import call_command
 
 from infra.runtime import redis_client
 from reach_site import celery as reach_celery
+from registry import mcp_import
 from registry.adapters import mcp
 from registry.models import MCPServer, Tool
 from registry.services import tool_confirm
@@ -154,14 +155,14 @@ def test_doctor_checks_mcp_tools_by_listing_their_server(
     down = MCPServer.objects.create(
         name="down", transport="http", url=f"http://127.0.0.1:{free_port()}/mcp"
     )
-    mcp.mcp_import_tools(server=orders, user=demo.admin)
+    mcp_import.mcp_import_tools(server=orders, user=demo.admin)
     tool_confirm(tool=Tool.objects.get(name="lookup_order"), user=demo.admin)
     gone = Tool.objects.get(name="search_web")
     gone.mcp_tool = "search_the_web"
     gone.save()
     tool_confirm(tool=gone, user=demo.admin)
     listed = [mcp.RemoteTool("ping_service", "Ping the service and report.", {})]
-    mcp.mcp_import_tools(server=down, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=down, remote_tools=listed)
     tool_confirm(tool=Tool.objects.get(name="ping_service"), user=demo.admin)
 
     code, lines = doctor(capsys)

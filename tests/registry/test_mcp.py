@@ -16,10 +16,11 @@ from django.core.management import CommandError, call_command
 from mcp_types import CallToolResult, ImageContent, TextContent
 
 from engine.execution import ToolError
+from registry import mcp_import
 from registry.adapters import mcp
 from registry.models import Agent, MCPServer, Tool, ToolVersion
 from registry.services import tool_confirm, tool_save
-from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Step
 from tests.support.admin_forms import admin_form_data
 from tests.support.mcp_server import MCPHttpServer, stdio_command
@@ -131,7 +132,7 @@ def assert_imported_with_default_policy(tools: dict[str, Tool], prefix: str) -> 
 def test_import_over_stdio_maps_annotations_to_an_unconfirmed_disabled_policy(
     orders, demo
 ):
-    outcomes = mcp.mcp_import_tools(server=orders, user=demo.admin)
+    outcomes = mcp_import.mcp_import_tools(server=orders, user=demo.admin)
 
     assert {o.status for o in outcomes} == {"created"}
     assert_imported_with_default_policy(imported(orders), "orders")
@@ -148,7 +149,7 @@ def test_a_server_with_imported_tools_is_disabled_not_deleted(
         client.get(f"/admin/registry/mcpserver/{empty.pk}/delete/").status_code == 200
     )
 
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
 
     url = f"/admin/registry/mcpserver/{orders.pk}/"
     assert client.get(f"{url}delete/").status_code == 403
@@ -156,14 +157,14 @@ def test_a_server_with_imported_tools_is_disabled_not_deleted(
 
 
 def test_import_over_http_maps_annotations_the_same_way(orders_http, demo):
-    mcp.mcp_import_tools(server=orders_http, user=demo.admin)
+    mcp_import.mcp_import_tools(server=orders_http, user=demo.admin)
 
     assert_imported_with_default_policy(imported(orders_http), "orders_web")
 
 
 def test_importing_again_changes_nothing_and_makes_no_new_version(orders, demo, listed):
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
-    outcomes = mcp.mcp_import_tools(server=orders)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
+    outcomes = mcp_import.mcp_import_tools(server=orders)
 
     assert {o.status for o in outcomes} == {"unchanged"}
     assert ToolVersion.objects.filter(tool__mcp_server=orders).count() == 6
@@ -172,7 +173,7 @@ def test_importing_again_changes_nothing_and_makes_no_new_version(orders, demo, 
 def test_a_tool_changed_on_the_server_gets_a_new_version_and_is_reviewed_again(
     orders, demo, listed
 ):
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
     lookup = Tool.objects.get(name="lookup_order")
     tool_confirm(tool=lookup, user=demo.admin)
     changed = [
@@ -188,7 +189,8 @@ def test_a_tool_changed_on_the_server_gets_a_new_version_and_is_reviewed_again(
     ]
 
     outcomes = {
-        o.remote: o for o in mcp.mcp_import_tools(server=orders, remote_tools=changed)
+        o.remote: o
+        for o in mcp_import.mcp_import_tools(server=orders, remote_tools=changed)
     }
 
     assert outcomes["lookup_order"].status == "updated"
@@ -200,11 +202,12 @@ def test_a_tool_changed_on_the_server_gets_a_new_version_and_is_reviewed_again(
 
 
 def test_a_tool_the_server_no_longer_lists_is_reported_as_gone(orders, demo, listed):
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
     fewer = [t for t in listed if t.name != "search_web"]
 
     outcomes = {
-        o.remote: o for o in mcp.mcp_import_tools(server=orders, remote_tools=fewer)
+        o.remote: o
+        for o in mcp_import.mcp_import_tools(server=orders, remote_tools=fewer)
     }
 
     assert outcomes["search_web"].status == "gone"
@@ -214,7 +217,7 @@ def test_a_tool_the_server_no_longer_lists_is_reported_as_gone(orders, demo, lis
 def test_an_input_schema_that_is_not_an_object_is_skipped_with_a_reason(orders, demo):
     odd = [mcp.RemoteTool("get_size", "Get the size of a thing.", {"type": "string"})]
 
-    (outcome,) = mcp.mcp_import_tools(server=orders, remote_tools=odd)
+    (outcome,) = mcp_import.mcp_import_tools(server=orders, remote_tools=odd)
 
     assert outcome.status == "skipped"
     assert "not an object" in outcome.detail
@@ -239,7 +242,7 @@ def test_import_mcp_tools_command_names_an_unknown_server(db):
 
 
 def test_an_unconfirmed_tool_cannot_be_enabled(orders, demo, listed):
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
     tool = Tool.objects.get(name="lookup_order")
     tool.enabled = True
 
@@ -256,7 +259,7 @@ def test_confirming_enables_the_tool_with_a_new_version_and_an_audit_event(
 ):
     from audit.models import AuditEvent
 
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
     tool = tool_confirm(tool=Tool.objects.get(name="delete_order"), user=demo.admin)
 
     assert tool.enabled is True and tool.confirmed is True
@@ -272,7 +275,7 @@ def test_confirming_enables_the_tool_with_a_new_version_and_an_audit_event(
 def test_the_admin_action_confirms_and_enables_selected_tools(
     client, orders, demo, listed
 ):
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
     client.force_login(demo.admin)
     tool = Tool.objects.get(name="lookup_order")
 
@@ -290,7 +293,7 @@ def test_the_admin_action_confirms_and_enables_selected_tools(
 def test_the_admin_form_refuses_to_enable_an_unconfirmed_tool(
     client, orders, demo, listed
 ):
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
     client.force_login(demo.admin)
     tool = Tool.objects.get(name="lookup_order")
     url = f"/admin/registry/tool/{tool.pk}/change/"
@@ -348,7 +351,7 @@ def test_chat_users_cannot_import_tools(client, orders, alice):
 def test_a_scripted_model_calls_an_imported_mcp_tool_through_the_loop(
     orders, demo, alice, model, listed
 ):
-    mcp.mcp_import_tools(server=orders, user=demo.admin, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, user=demo.admin, remote_tools=listed)
     lookup = Tool.objects.get(name="lookup_order")
     agent = orders_desk(lookup, admin=demo.admin)
     script = Script(
@@ -382,7 +385,7 @@ def test_a_destructive_mcp_tool_waits_for_approval_then_runs_once(
 ):
     from approvals.services import approval_decide
 
-    mcp.mcp_import_tools(server=orders, user=demo.admin, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, user=demo.admin, remote_tools=listed)
     agent = orders_desk(Tool.objects.get(name="delete_order"), admin=demo.admin)
     model(
         Script(
@@ -399,7 +402,7 @@ def test_a_destructive_mcp_tool_waits_for_approval_then_runs_once(
     assert (approval.tool, approval.risk) == ("delete_order", "irreversible")
 
     approval_decide(approval=approval, user=operator, decision="approve")
-    runs.task_advance(task_id=task.pk)
+    run_tasks.task_advance(task_id=task.pk)
 
     task.refresh_from_db()
     assert task.status == "succeeded", task.error_message
@@ -412,7 +415,7 @@ def test_a_destructive_mcp_tool_waits_for_approval_then_runs_once(
 def test_an_error_of_the_mcp_tool_becomes_an_error_observation(
     orders, demo, alice, model, listed
 ):
-    mcp.mcp_import_tools(server=orders, user=demo.admin, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, user=demo.admin, remote_tools=listed)
     agent = orders_desk(Tool.objects.get(name="lookup_order"), admin=demo.admin)
     script = Script(
         [tool_call("lookup_order", {"order_id": "Z-9"}), text("There is no Z-9.")]
@@ -434,7 +437,7 @@ def test_an_error_of_the_mcp_tool_becomes_an_error_observation(
 def test_a_call_to_a_server_that_went_down_fails_with_a_clear_error(demo, alice, model):
     with MCPHttpServer() as server:
         row = MCPServer.objects.create(name="orders", transport="http", url=server.url)
-        mcp.mcp_import_tools(server=row, user=demo.admin)
+        mcp_import.mcp_import_tools(server=row, user=demo.admin)
     agent = orders_desk(Tool.objects.get(name="lookup_order"), admin=demo.admin)
     model(Script([tool_call("lookup_order", {"order_id": "A-1001"}), text("Sorry.")]))
 
@@ -491,7 +494,7 @@ def test_a_server_that_exits_at_start_up_shows_its_last_output(db):
 
 
 def test_a_disabled_server_refuses_calls_with_a_clear_error(orders, demo, listed):
-    mcp.mcp_import_tools(server=orders, remote_tools=listed)
+    mcp_import.mcp_import_tools(server=orders, remote_tools=listed)
     orders.enabled = False
     orders.save()
     tool = Tool.objects.select_related("mcp_server").get(name="lookup_order")
@@ -569,21 +572,21 @@ def test_an_error_result_raises_a_tool_error_with_its_text():
     ],
 )
 def test_mcp_names_are_sanitised_to_tool_names(raw, name):
-    assert mcp.sanitise_name(raw) == name
+    assert mcp_import.sanitise_name(raw) == name
 
 
 def test_minimal_schemas_are_repaired_into_object_schemas():
-    assert mcp.repair_schema(None) == {"type": "object", "properties": {}}
-    assert mcp.repair_schema({"properties": {"q": {"type": "string"}}}) == {
+    assert mcp_import.repair_schema(None) == {"type": "object", "properties": {}}
+    assert mcp_import.repair_schema({"properties": {"q": {"type": "string"}}}) == {
         "type": "object",
         "properties": {"q": {"type": "string"}},
     }
-    repaired = mcp.repair_schema(
+    repaired = mcp_import.repair_schema(
         {"type": "object", "properties": {"q": {}}, "required": ["q", "ghost"]}
     )
     assert repaired["required"] == ["q"]
     with pytest.raises(ValueError, match="not an object"):
-        mcp.repair_schema({"type": "array"})
+        mcp_import.repair_schema({"type": "array"})
 
 
 @pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 
 from registry.models import Agent, Tool
 from registry.services import tool_save
-from runs import services as runs
+from runs import tasks as run_tasks
 from tests.support.replies import Script, text
 from tests.support.runs import start
 
@@ -40,7 +40,7 @@ def offered_to_model(user: Any, agent: Agent, script: Script) -> set[str]:
     """The tool names the model was offered in the next run of ``agent``."""
     before = len(script.requests)
     task = start(user, agent, "hello")
-    runs.task_advance(task_id=task.pk)
+    run_tasks.task_advance(task_id=task.pk)
     request = script.requests[before]
     return {t["function"]["name"] for t in request.get("tools", [])}
 

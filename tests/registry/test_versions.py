@@ -8,6 +8,7 @@ from registry.admin import version_changes
 from registry.models import Tool, ToolVersion
 from registry.services import tool_save
 from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Step
 from tests.support.admin_forms import admin_form_data
 from tests.support.replies import calls_then_answers
@@ -121,12 +122,12 @@ def test_a_trace_records_the_tool_version_each_run_used(alice, demo, model):
     )
     conversation = runs.conversation_create(owner=alice, agent=demo.agent)
     first = runs.task_start(conversation=conversation, content="1 + 1?")
-    runs.task_advance(task_id=first.pk)
+    run_tasks.task_advance(task_id=first.pk)
     tool = Tool.objects.get(name="calculate")
     tool.description += " Use it for every sum."
     tool_save(tool=tool, user=demo.admin)
     second = runs.task_start(conversation=conversation, content="2 + 2?")
-    runs.task_advance(task_id=second.pk)
+    run_tasks.task_advance(task_id=second.pk)
 
     for task, version in ((first, 1), (second, 2)):
         task.refresh_from_db()

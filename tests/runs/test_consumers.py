@@ -15,7 +15,7 @@ from django.contrib.auth.models import AnonymousUser
 from infra.push import push, task_group
 from reach_site.asgi import application
 from runs import events as notify
-from runs import services as runs
+from runs import journal as run_journal
 from runs.api.auth import token_issue, token_revoke
 from runs.consumers import TaskConsumer
 from runs.models import Task
@@ -32,7 +32,9 @@ def task_with_more_steps(task, count, *, pushed=True):
     push is lost (as to a watcher that missed it), so only a poke or a later
     message tells the watchers."""
     row = Task.objects.get(pk=task.pk)
-    journal = runs.DjangoJournal(row, owner=row.lease_owner, epoch=row.lease_epoch)
+    journal = run_journal.DjangoJournal(
+        row, owner=row.lease_owner, epoch=row.lease_epoch
+    )
     with contextlib.ExitStack() as stack:
         if not pushed:
             stack.enter_context(mock.patch.object(notify, "push", lambda *a: None))

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from engine.loop import LeaseLost
 from engine.spec import StepKind, StepRecord, StepStatus, utcnow
 from runs import events as notify
-from runs import services as runs
+from runs import leases as run_leases
 from runs.models import Step, Task
 from runs.payloads import task_payload
 from tests.support.runs import claimed, model_step, start
@@ -217,9 +217,9 @@ def test_a_control_check_just_after_a_write_reads_nothing_and_sees_its_cancel(
     assert queries.captured_queries == []
 
     # Later than CONTROL_FRESH_S after the write, the check reads the row again.
-    from runs import services
+    from runs import journal as run_journal
 
-    monkeypatch.setattr(services, "CONTROL_FRESH_S", 0.0)
+    monkeypatch.setattr(run_journal, "CONTROL_FRESH_S", 0.0)
     Task.objects.filter(pk=journal.task_id).update(lease_owner="w2")
     with pytest.raises(LeaseLost):
         journal.control()
@@ -266,7 +266,7 @@ def test_claiming_a_queued_task_is_one_update_that_returns_its_epoch(alice, demo
     task = start(alice, demo.agent, "hi")
     rev = task.rev
     with CaptureQueriesContext(connection) as queries:
-        epoch = runs.task_claim(task_id=task.pk, owner="w1")
+        epoch = run_leases.task_claim(task_id=task.pk, owner="w1")
 
     assert [q["sql"].split(" ")[0] for q in queries.captured_queries] == ["UPDATE"]
     row = Task.objects.get(pk=task.pk)
@@ -274,4 +274,4 @@ def test_claiming_a_queued_task_is_one_update_that_returns_its_epoch(alice, demo
     assert row.rev == rev + 1
     assert row.started_at is not None and row.lease_expires_at > row.started_at
     # Held and not expired: nobody else claims it.
-    assert runs.task_claim(task_id=task.pk, owner="w2") is None
+    assert run_leases.task_claim(task_id=task.pk, owner="w2") is None

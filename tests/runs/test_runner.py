@@ -11,7 +11,7 @@ from effects.models import Ticket
 from engine.loop import LeaseLost
 from registry.models import Tool
 from registry.services import tool_save
-from runs import services as runs
+from runs import leases as run_leases
 from runs.models import Message, Step, Task
 from tests.support.cast import FOLLOW_UP, QUESTION, TICKET
 from tests.support.ports import free_port
@@ -119,9 +119,9 @@ def test_an_edited_schema_is_used_by_the_next_run(alice, demo, model):
 
 def test_a_second_claim_fails_while_the_lease_is_held(alice, demo):
     task = start(alice, demo.agent)
-    first = runs.task_claim(task_id=task.pk, owner="w1")
+    first = run_leases.task_claim(task_id=task.pk, owner="w1")
     assert first == 1
-    assert runs.task_claim(task_id=task.pk, owner="w2") is None
+    assert run_leases.task_claim(task_id=task.pk, owner="w2") is None
 
 
 def test_a_worker_whose_lease_was_taken_over_cannot_write(alice, demo):
@@ -134,7 +134,7 @@ def test_a_worker_whose_lease_was_taken_over_cannot_write(alice, demo):
     Task.objects.filter(pk=task.pk).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    assert runs.task_claim(task_id=task.pk, owner="w2") == epoch + 1
+    assert run_leases.task_claim(task_id=task.pk, owner="w2") == epoch + 1
     with pytest.raises(LeaseLost):
         journal.control()
     from engine.spec import StepKind, StepRecord, StepStatus

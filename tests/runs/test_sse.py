@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from engine.spec import StepKind, StepRecord, StepStatus, StopReason
 from infra.push import task_group
-from runs import services as runs
+from runs import journal as run_journal
 from runs.api import stream as sse
 from runs.api.auth import token_issue, token_revoke
 from runs.events import changes_since
@@ -40,7 +40,7 @@ def bearer(user: Any) -> dict[str, str]:
 
 
 @database_sync_to_async
-def edit_note(journal: runs.DjangoJournal, seq: int) -> None:
+def edit_note(journal: run_journal.DjangoJournal, seq: int) -> None:
     """Change step ``seq`` again, so it takes a new, higher rev."""
     journal.update(
         StepRecord(
@@ -53,7 +53,7 @@ def edit_note(journal: runs.DjangoJournal, seq: int) -> None:
 
 
 @database_sync_to_async
-def finish(journal: runs.DjangoJournal) -> None:
+def finish(journal: run_journal.DjangoJournal) -> None:
     journal.finish(StopReason.FINAL_ANSWER, answer="done", message=None)
 
 

@@ -25,7 +25,9 @@ from engine.spec import CallContext
 from infra.runtime import RedisResultCache, executor, redis_client
 from registry.models import Tool
 from registry.services import tool_save
+from runs import leases as run_leases
 from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Message, Step, Task
 from tests.support import extra_tools
 from tests.support.clients import logged_in
@@ -203,7 +205,7 @@ def test_a_task_parked_for_longer_than_its_budget_resumes_fine(
     )
     approval_decide(approval=task.approvals.get(), user=operator, decision="approve")
 
-    runs.task_advance(task_id=task.pk)
+    run_tasks.task_advance(task_id=task.pk)
     task.refresh_from_db()
 
     assert (task.status, task.stop_reason) == ("succeeded", "final_answer")
@@ -232,7 +234,7 @@ def test_cancel_abandons_an_in_flight_model_call_quickly(
 
     def drive() -> None:
         try:
-            outcome.append(runs.task_advance(task_id=task.pk))
+            outcome.append(run_tasks.task_advance(task_id=task.pk))
         finally:
             connection.close()
 
@@ -258,7 +260,7 @@ def test_cancel_of_a_running_task_is_for_its_owner_and_admins_only(
     alice, bob, operator, admin_user, demo, api_client_for
 ):
     task = start(alice, demo.agent, "hi")
-    runs.task_claim(task_id=task.pk, owner="w1")  # running on some worker
+    run_leases.task_claim(task_id=task.pk, owner="w1")  # running on some worker
     assert api_client_for(bob).post(f"/api/tasks/{task.pk}/cancel/").status_code == 404
     assert (
         api_client_for(operator).post(f"/api/tasks/{task.pk}/cancel/").status_code

@@ -16,7 +16,10 @@ from django.contrib.auth.models import Group
 from approvals.models import ApprovalRequest
 from approvals.services import approval_decide
 from engine.spec import StepKind, StepRecord, StepStatus
+from runs import journal as run_journal
+from runs import leases as run_leases
 from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Step, Task
 from tests.support.cast import PASSWORD
 
@@ -34,19 +37,21 @@ def ask(user: Any, agent: Any, content: str, conversation: Any = None) -> Task:
 
 def advance(task: Task) -> Task:
     """Run what the ``advance`` Celery task would run; return the fresh task."""
-    runs.task_advance(task_id=task.pk)
+    run_tasks.task_advance(task_id=task.pk)
     task.refresh_from_db()
     return task
 
 
 def claimed(
     user: Any, agent: Any, content: str = "hi", owner: str = "w"
-) -> runs.DjangoJournal:
+) -> run_journal.DjangoJournal:
     """The journal of a new task claimed by worker ``owner``, to write steps to."""
     task = start(user, agent, content)
-    epoch = runs.task_claim(task_id=task.pk, owner=owner)
+    epoch = run_leases.task_claim(task_id=task.pk, owner=owner)
     assert epoch is not None
-    return runs.DjangoJournal(Task.objects.get(pk=task.pk), owner=owner, epoch=epoch)
+    return run_journal.DjangoJournal(
+        Task.objects.get(pk=task.pk), owner=owner, epoch=epoch
+    )
 
 
 def model_step(model: str, **fields: Any) -> StepRecord:
@@ -76,14 +81,14 @@ def note_steps(first: int, count: int) -> list[StepRecord]:
 
 def with_notes(
     user: Any, agent: Any, count: int = 3, content: str = "hello"
-) -> runs.DjangoJournal:
+) -> run_journal.DjangoJournal:
     """``claimed``, with ``count`` note steps written (seq 1 on): a live run."""
     journal = claimed(user, agent, content)
     journal.append(note_steps(1, count))
     return journal
 
 
-def more_notes(journal: runs.DjangoJournal, count: int) -> None:
+def more_notes(journal: run_journal.DjangoJournal, count: int) -> None:
     """``count`` more note steps, after the task's last one, through ``journal``."""
     first = Step.objects.filter(task_id=journal.task_id).count() + 1
     journal.append(note_steps(first, count))

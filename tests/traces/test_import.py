@@ -9,7 +9,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from runs import services as runs
+from runs import leases as run_leases
+from runs import tasks as run_tasks
 from runs.models import Step, Task
 from runs.payloads import STEP_KEYS
 from tests.support.cast import EDITED_EMAIL, EMAIL
@@ -83,9 +84,9 @@ def test_an_imported_trace_is_never_claimed_or_continued(exported):
 
     # Even with its status forced back to queued, no worker takes it.
     Task.objects.filter(pk=imported.pk).update(status="queued")
-    assert runs.task_claim(task_id=imported.pk, owner="w1") is None
-    assert runs.task_advance(task_id=imported.pk) == "not-claimed"
-    assert str(imported.pk) not in runs.tasks_reap()
+    assert run_leases.task_claim(task_id=imported.pk, owner="w1") is None
+    assert run_tasks.task_advance(task_id=imported.pk) == "not-claimed"
+    assert str(imported.pk) not in run_tasks.tasks_reap()
     Task.objects.filter(pk=imported.pk).update(status="succeeded")
     # Its conversation takes no new message, it cannot be forked…
     answer = client.post(

@@ -9,7 +9,7 @@ import pytest
 
 from approvals.services import approval_decide
 from infra.logging import JsonFormatter, RedactingFilter
-from runs import services as runs
+from runs import tasks as run_tasks
 from runs.models import Message
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import ask
@@ -53,7 +53,7 @@ def test_a_secret_in_a_rejection_reason_never_reaches_the_model_or_the_trace(
     )
     assert "hunter2secret" not in decided.reason
     assert CANARY_KEY not in decided.reason
-    runs.task_advance(task_id=task.pk)
+    run_tasks.task_advance(task_id=task.pk)
     step = task.steps.get(tool="send_email")
     assert "hunter2secret" not in json.dumps(step.detail)
     assert "hunter2secret" not in json.dumps(script.requests, ensure_ascii=False)

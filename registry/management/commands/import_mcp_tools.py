@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from registry.adapters.mcp import LIST_TIMEOUT_S, MCPUnavailable, mcp_import_tools
+from registry.adapters.mcp import LIST_TIMEOUT_S, MCPUnavailable
+from registry.mcp_import import mcp_import_tools
 from registry.models import MCPServer
 
 
