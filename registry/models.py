@@ -156,19 +156,15 @@ class Agent(_Registered):
         return Routing(toolsets=tuple(toolsets), ask_model=self.route_by_model)
 
     def offered_tools(self) -> list[Tool]:
-        """Enabled, confirmed tools chosen by name or by tag, in name order (one
-        query: whether the agent names a tool comes with the tool's row)."""
+        """Enabled, confirmed tools chosen by name or by tag, in name order."""
+        named = set(self.tools.values_list("pk", flat=True))
         tags = set(self.tool_tags or [])
-        named = Agent.tools.through.objects.filter(
-            agent_id=self.pk, tool_id=models.OuterRef("pk")
-        )
         return [
             tool
             for tool in Tool.objects.filter(enabled=True, confirmed=True)
-            .annotate(named=models.Exists(named))
             .select_related("mcp_server")
             .order_by("name")
-            if tool.named or tags.intersection(tool.tags or [])
+            if tool.pk in named or tags.intersection(tool.tags or [])
         ]
 
 

@@ -40,7 +40,9 @@ from django.contrib.auth.models import Group
 from django.db import connection
 
 from registry.models import ModelPrice, Tool
+from runs import journal as run_journal
 from runs import services as runs
+from runs import tasks as run_tasks
 from runs.consumers import TaskConsumer
 from runs.models import DailyBudget, Task
 from tests.support.clients import bearer_client
@@ -191,7 +193,7 @@ def pushes_awaited() -> Iterator[None]:
 
 def advance(task_id: str) -> str:
     """What the ``advance`` Celery task runs (here, on this thread)."""
-    runs.task_advance(task_id=task_id)
+    run_tasks.task_advance(task_id=task_id)
     return task_id
 
 
@@ -320,7 +322,7 @@ def counted_settings(settings: Any) -> Any:
     # once a poll, whatever the step). Held open here, so the count does not
     # depend on whether this machine stalled 50 ms between the two.
     settings.REACH_MEMORY_IN_CONTEXT = True
-    with mock.patch.object(runs, "CONTROL_FRESH_S", float("inf")):
+    with mock.patch.object(run_journal, "CONTROL_FRESH_S", float("inf")):
         yield settings
 
 
