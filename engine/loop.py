@@ -93,7 +93,12 @@ class Journal(Protocol):
     def snapshot(self) -> RunSnapshot: ...
 
     def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
-        """Persist new steps atomically (seq and rev assigned); return them."""
+        """Persist new steps atomically (seq and rev assigned); return them.
+
+        A step may arrive finished (a turn's read that ran before its turn was
+        written, :attr:`Engine.read_window_s`): an untrusted result among them
+        taints the run as :meth:`update` would.
+        """
         ...
 
     def update(self, step: StepRecord) -> StepRecord:
@@ -140,6 +145,13 @@ class Engine:
     #: The agent's toolsets when the run must ask the model which it needs
     #: (rules picked none when it started); None: the toolbox is the turn's.
     routing: Routing | None = None
+    #: How long a turn's only call, a read, may run before the turn is written.
+    #: A read done within it is written with the model's reply, in one write
+    #: and one push (the read is safe to run again: a crash before that write
+    #: asks the model again, as for a reply not yet written); one that takes
+    #: longer is written as running when the window ends, then its result. 0:
+    #: the reply is always written first. Needs ``model_pool`` to wait on.
+    read_window_s: float = 0.0
 
     # -- the loop ---------------------------------------------------------------
 
@@ -212,8 +224,16 @@ class Engine:
                 reply, steps, snap, estimate, journal.task_id, in_context=in_context
             )
             planned[0].detail[DetailKey.CONTEXT_ESTIMATE] = in_context
+            pending = self._early_read(planned)
+            if pending is not None and (done := _within(pending, self.read_window_s)):
+                planned = [done if s.seq == done.seq else s for s in planned]
+                pending = None
             persisted = self._append(journal, planned)
             steps.extend(persisted)
+            if pending is not None:
+                # The read outlasted the window: written as running, its result
+                # follows as any read's does.
+                self._record(journal, steps, pending.result())
             # The usage recorded (an estimate when the endpoint reported none):
             # the budgets count what the step says.
             snap.usage = snap.usage + Usage.from_dict(planned[0].usage)
@@ -557,6 +577,31 @@ class Engine:
         plan.flag(model_step)
         return [model_step, *plan.steps]
 
+    def _early_read(self, planned: list[StepRecord]) -> Future[StepRecord] | None:
+        """Start the turn's call before the turn is written, when it is the
+        turn's only call and a read that will run (no approval, no stop): the
+        future of its finished step; None otherwise."""
+        if self.model_pool is None or self.read_window_s <= 0:
+            return None
+        calls = [s for s in planned if s.kind is StepKind.TOOL_CALL]
+        if len(calls) != 1 or calls[0].status is not StepStatus.RUNNING:
+            return None
+        if StepDetail(planned[0].detail).stop is not None:
+            return None
+        spec = self.toolbox.specs.get(calls[0].tool or "")
+        if (
+            spec is None
+            or spec.risk is not Risk.READ_ONLY
+            or spec.name not in self.toolbox.handlers
+        ):
+            return None
+        # Written as running (if the window ends first) without a start time,
+        # as a read is at planning; the finished step carries it.
+        running = calls[0].copy(started_at=utcnow())
+        return self.model_pool.submit(
+            contextvars.copy_context().run, self._run_one, running
+        )
+
     def _append(self, journal: Journal, steps: list[StepRecord]) -> list[StepRecord]:
         persisted = journal.append(steps)
         if self.on_step is not None:
@@ -795,6 +840,14 @@ def _replace(steps: list[StepRecord], updated: StepRecord) -> None:
             steps[index] = updated
             return
     steps.append(updated)
+
+
+def _within(future: Future[StepRecord], seconds: float) -> StepRecord | None:
+    """The future's step if it is done within ``seconds``, else None."""
+    try:
+        return future.result(timeout=seconds)
+    except TimeoutError:
+        return None
 
 
 def _first_attempt_start(attempts: Sequence[Attempt]) -> dt.datetime | None:

@@ -18,6 +18,7 @@ from engine.spec import (
     AgentSnapshot,
     ErrorClass,
     StepDetail,
+    StepKind,
     StepRecord,
     StepStatus,
     StopReason,
@@ -141,9 +142,15 @@ class DjangoJournal:
         return task
 
     def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
-        """One fenced UPDATE of the task's counters, one INSERT of the steps."""
+        """One fenced UPDATE of the task's counters (and of its taint, when a
+        finished untrusted read is among the steps), one INSERT of the steps."""
         with _write_transaction():
-            rows = steps_insert(task=self._task, records=steps, lease=self._lease)
+            rows = steps_insert(
+                task=self._task,
+                records=steps,
+                lease=self._lease,
+                task_tainted_by=self._tainted_by(steps),
+            )
             self._step_pks.update((row.seq, row.pk) for row in rows)
         self._written_at = time.monotonic()
         if self._task.intent and current_intent.get() != self._task.intent:
@@ -152,30 +159,42 @@ class DjangoJournal:
         return [row.record() for row in rows]
 
     def update(self, step: StepRecord) -> StepRecord:
-        """One fenced UPDATE of the task (its rev), one UPDATE of the step."""
+        """One fenced UPDATE of the task (its rev, and its taint when an
+        untrusted result taints it), one UPDATE of the step."""
         with _write_transaction():
             row = Step(task_id=self._task_pk, seq=step.seq, rev=self._task.rev)
             row.apply(_stored(step))
             row.pk = self._step_pk(step.seq)
-            tainted = False
-            detail = StepDetail(step.detail)
-            if detail.untrusted and step.status in (
-                StepStatus.SUCCEEDED,
-                StepStatus.CACHED,
-            ):
-                task = Task.objects.only("tainted_by").get(pk=self._task_pk)
-                label = taint_label(step.tool, step.seq, str(self._task_pk))
-                if label not in (task.tainted_by or []):
-                    task.tainted_by = [*(task.tainted_by or []), label]
-                    task.save(update_fields=["tainted_by"])
-                    tainted = True
-                # What this run's task events show, this write's included.
-                self._task.tainted_by = task.tainted_by
+            tainted_by = self._tainted_by([step])
             step_transition(
-                task=self._task, step=row, lease=self._lease, with_task=tainted
+                task=self._task,
+                step=row,
+                lease=self._lease,
+                with_task=tainted_by is not None,
+                task_tainted_by=tainted_by,
             )
         self._written_at = time.monotonic()
         return row.record()
+
+    def _tainted_by(self, steps: Sequence[StepRecord]) -> list[str] | None:
+        """The task's taint sources with those ``steps`` add (a succeeded or
+        cached result of an untrusted tool); None when they add none.
+
+        The task's sources as this journal holds them are current: while the
+        run is leased, only its driver adds to them (the bump that writes them
+        is fenced by the lease).
+        """
+        current = list(self._task.tainted_by or [])
+        added = [
+            label
+            for step in steps
+            if step.kind is StepKind.TOOL_CALL
+            and StepDetail(step.detail).untrusted
+            and step.status in (StepStatus.SUCCEEDED, StepStatus.CACHED)
+            and (label := taint_label(step.tool, step.seq, str(self._task_pk)))
+            not in current
+        ]
+        return [*current, *dict.fromkeys(added)] if added else None
 
     def _step_pk(self, seq: int) -> int:
         pk = self._step_pks.get(seq)

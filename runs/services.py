@@ -9,10 +9,11 @@ and :mod:`runs.steps`). :func:`task_cancel` cancels one, finishing it here
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from audit.models import AuditKind
@@ -65,16 +66,34 @@ def conversation_create(*, owner: Any, agent: Any) -> Conversation:
     )
 
 
-def _history_taint(conversation: Conversation) -> list[str]:
-    """Taint sources of the conversation's earlier tasks (they carry over)."""
+class _Turns(NamedTuple):
+    """What a new message must know of the conversation's earlier runs."""
+
+    #: The newest run still queued, running or waiting (its id), if any.
+    active: Any
+    #: Whether the conversation holds an imported trace (a record, read-only).
+    imported: bool
+    #: Taint sources of the earlier runs (they carry over), newest run first.
+    taint: list[str]
+
+
+def _turns(conversation: Conversation) -> _Turns:
+    """The conversation's active run, whether it is an imported trace, and the
+    taint its runs carry over: one query, of the runs that bear on any of them."""
+    rows = conversation.tasks.filter(
+        Q(status__in=Task.ACTIVE) | Q(origin__isnull=False) | ~Q(tainted_by=[])
+    ).values_list("pk", "status", "origin", "tainted_by")
+    active = None
+    imported = False
     sources: list[str] = []
-    for tainted in conversation.tasks.exclude(tainted_by=[]).values_list(
-        "tainted_by", flat=True
-    ):
+    for pk, status, origin, tainted in rows:
+        if active is None and status in Task.ACTIVE:
+            active = pk
+        imported = imported or origin is not None
         for source in tainted or []:
             if source not in sources:
                 sources.append(source)
-    return sources
+    return _Turns(active, imported, sources)
 
 
 def _locked(conversation: Conversation) -> Conversation:
@@ -137,10 +156,10 @@ def task_start(
     with transaction.atomic():
         # Lock the conversation: one active task per conversation.
         conversation = _locked(conversation)
-        active = conversation.tasks.filter(status__in=Task.ACTIVE).first()
-        if active is not None:
-            raise ConversationBusy(active)
-        if conversation.tasks.filter(origin__isnull=False).exists():
+        turns = _turns(conversation)
+        if turns.active is not None:
+            raise ConversationBusy(Task.objects.get(pk=turns.active))
+        if turns.imported:
             # An imported trace is a read-only record: nothing runs beside it.
             raise ConversationReadOnly(
                 "This conversation holds an imported trace; it is read-only."
@@ -157,7 +176,7 @@ def task_start(
             snapshot = snapshot.replace(
                 extra={k: v for k, v in snapshot.extra.items() if k != ROUTING_KEY}
             )
-        taint = _history_taint(conversation)
+        taint = turns.taint
         if parent is not None:
             for source in parent.tainted_by or []:
                 if source not in taint:
@@ -181,12 +200,15 @@ def task_start(
             updated_at=now,
         )
         message_add(task=task, role=Message.Role.USER, content=content, at=now)
-        if parent is None and (memory := ports.memory_for(task=task)) is not None:
+        memory = ports.memory_for(task=task) if parent is None else None
+        if memory is not None:
             # What is remembered goes first, as a step; a tainted item taints the
             # run from its start (as taint inherited from earlier turns does).
-            task.tainted_by = list(dict.fromkeys([*taint, *memory.tainted_by]))
-            task.inherited_taint = list(task.tainted_by)
-            task.save(update_fields=["tainted_by", "inherited_taint"])
+            if memory.tainted_by:
+                task.tainted_by = list(dict.fromkeys([*taint, *memory.tainted_by]))
+                task.inherited_taint = list(task.tainted_by)
+                task.save(update_fields=["tainted_by", "inherited_taint"])
+            # It tells the task's watchers after commit, as the start would.
             steps_insert(task=task, records=[memory])
         updates: dict[str, Any] = {"updated_at": now}
         if not conversation.title:
@@ -200,7 +222,8 @@ def task_start(
             | ({"intent": task.intent} if task.intent else {}),
         )
         celery_tasks.enqueue_advance(task.pk)
-        notify.task_changed_on_commit(task.pk)
+        if memory is None:
+            notify.task_changed_on_commit(task.pk)
     return task
 
 

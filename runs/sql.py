@@ -50,8 +50,12 @@ def _claim_queued_sql() -> str:
 
 
 @functools.cache
-def _bump_sql(fenced: bool) -> str:
+def _bump_sql(fenced: bool, tainted: bool = False) -> str:
+    """The bump of :func:`runs.steps._bump`; ``tainted`` also sets the task's
+    taint sources (one parameter, after ``updated_at``)."""
     counters = ", ".join(f"{_q(name)} = {_q(name)} + %s" for name in _BUMPED)
+    if tainted:
+        counters += f", {_q('tainted_by')} = %s"
     fence = (
         f" AND {_q('lease_owner')} = %s AND {_q('lease_epoch')} = %s "
         f"AND {_q('status')} = %s"

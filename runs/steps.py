@@ -39,7 +39,11 @@ from runs.sql import _BUMPED, _bump_sql, _insert_steps, _step_update_sql, _task_
 
 
 def steps_insert(
-    *, task: Task, records: Sequence[StepRecord], lease: Lease | None = None
+    *,
+    task: Task,
+    records: Sequence[StepRecord],
+    lease: Lease | None = None,
+    task_tainted_by: list[str] | None = None,
 ) -> list[Step]:
     """Write new steps of ``task``: the one way a step is first written.
 
@@ -51,6 +55,8 @@ def steps_insert(
     Runs inside the caller's transaction. With a ``lease`` the bump is fenced by
     it (:class:`LeaseLost` when another worker took the run over); without one
     the caller holds the task row's lock. ``task.rev`` is kept up to date.
+    ``task_tainted_by``, when given, becomes the task's taint sources in the
+    same UPDATE (a finished untrusted read written with its turn).
     """
     _require_transaction("steps_insert")
     if not records:
@@ -81,6 +87,7 @@ def steps_insert(
         steps=len(records),
         cost=cost,
         estimated=estimated,
+        tainted_by=task_tainted_by,
     )
     first = last - len(records) + 1
     if route is not None:
@@ -115,7 +122,8 @@ def steps_insert(
             task,
             rows,
             base=first - 1,
-            with_task=any(r.kind == StepKind.MODEL_CALL for r in records),
+            with_task=task_tainted_by is not None
+            or any(r.kind == StepKind.MODEL_CALL for r in records),
         )
     counters.count_steps_on_commit(task, rows)
     return rows
@@ -127,6 +135,7 @@ def step_transition(
     step: Step,
     lease: Lease | None = None,
     with_task: bool = False,
+    task_tainted_by: list[str] | None = None,
     **changes: Any,
 ) -> Step:
     """Change a written step: the one way a step changes.
@@ -140,7 +149,8 @@ def step_transition(
     ``with_task`` adds the task's event to the push (the write changed the task
     too); without one the caller holds the task row's lock. ``task.rev`` is kept
     up to date, so a caller that saves the task afterwards does not write an old
-    rev back.
+    rev back. ``task_tainted_by``, when given, becomes the task's taint sources
+    in the same bump.
 
     The journal calls this twice per tool call, so it is raw SQL: the bump, the
     rev read back and the step's UPDATE, the statements the ORM would send
@@ -150,7 +160,7 @@ def step_transition(
     for name, value in changes.items():
         setattr(step, name, value)
     now = timezone.now()
-    step.rev = _bump(task, lease, now)
+    step.rev = _bump(task, lease, now, tainted_by=task_tainted_by)
     with connection.cursor() as cursor:
         sql, params = _step_update_sql(step)
         cursor.execute(sql, params)
@@ -179,11 +189,13 @@ def _bump(
     steps: int = 0,
     cost: float = 0.0,
     estimated: int = 0,
+    tainted_by: list[str] | None = None,
 ) -> int:
     """Bump the task's rev by ``count`` (and its token, step, cost and estimate
     counters) and set its ``updated_at`` to ``now``, in one statement; return the
     new rev. A task whose cost is unknown (null) stays unknown: null plus a cost
-    is null in SQL.
+    is null in SQL. ``tainted_by`` (when given) is set as the task's taint
+    sources in the same statement.
 
     With a lease the UPDATE is the fence: it matches only under the same owner
     and epoch while the run is running. Either way it locks the row (PostgreSQL)
@@ -194,11 +206,15 @@ def _bump(
     """
     param = _task_pk_param(task.pk)
     updated_at = Task._meta.get_field("updated_at").get_db_prep_save(now, connection)
-    params = [count, *usage, steps, cost, estimated, updated_at, param]
+    params = [count, *usage, steps, cost, estimated]
+    if tainted_by is not None:
+        field = Task._meta.get_field("tainted_by")
+        params.append(field.get_db_prep_save(tainted_by, connection))
+    params += [updated_at, param]
     if lease is not None:
         params += [lease.owner, lease.epoch, TaskStatus.RUNNING.value]
     with connection.cursor() as cursor:
-        cursor.execute(_bump_sql(lease is not None), params)
+        cursor.execute(_bump_sql(lease is not None, tainted_by is not None), params)
         row = cursor.fetchone()
     if row is None:
         if lease is not None:
@@ -212,6 +228,8 @@ def _bump(
             setattr(task, name, int(value))
     task.cancel_requested = bool(cancel_requested)
     task.updated_at = now
+    if tainted_by is not None:
+        task.tainted_by = list(tainted_by)
     return task.rev
 
 

@@ -145,6 +145,7 @@ def build_engine(task: Task) -> Engine:
         model_pool=runtime.model_pool(),
         price=snapshot_price(snapshot.extra),
         routing=routing,
+        read_window_s=settings.REACH_READ_WINDOW_MS / 1000,
     )
 
 
