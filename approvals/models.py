@@ -6,20 +6,20 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from engine.spec import HumanDecision
+from engine.spec import DECIDED_AS, HumanDecision
 from infra.rows import optional_user, uuid_id
 
 
 class ApprovalDecision(models.TextChoices):
     """What an approver may decide; the label is how steps and the history show it."""
 
-    APPROVE = HumanDecision.APPROVE.value, "approved"
-    REJECT = HumanDecision.REJECT.value, "rejected"
+    APPROVE = HumanDecision.APPROVE.value, DECIDED_AS[HumanDecision.APPROVE]
+    REJECT = HumanDecision.REJECT.value, DECIDED_AS[HumanDecision.REJECT]
     # Recovery requests only: the operator checked that the call happened.
-    MARK_DONE = HumanDecision.MARK_DONE.value, "marked done"
+    MARK_DONE = HumanDecision.MARK_DONE.value, DECIDED_AS[HumanDecision.MARK_DONE]
     # Recovery requests only: run the call again (``approve`` on a recovery
     # request means the same and is recorded as this).
-    RETRY = HumanDecision.RETRY.value, "retried"
+    RETRY = HumanDecision.RETRY.value, DECIDED_AS[HumanDecision.RETRY]
 
 
 class ApprovalRequest(models.Model):

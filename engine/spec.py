@@ -225,6 +225,15 @@ class HumanDecision(StrEnum):
     RETRY = "retry"
 
 
+#: How a decision reads once taken: on its step, in the queue's history.
+DECIDED_AS: dict[HumanDecision, str] = {
+    HumanDecision.APPROVE: "approved",
+    HumanDecision.REJECT: "rejected",
+    HumanDecision.MARK_DONE: "marked done",
+    HumanDecision.RETRY: "retried",
+}
+
+
 @dataclass(frozen=True)
 class DecisionRecord:
     """The human decision on a parked call (a step's ``detail["decision"]``).

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 
 from approvals.models import ApprovalDecision, ApprovalRequest
+from runs.step_html import decided_as as step_decided_as
 
 register = template.Library()
 
@@ -36,10 +37,8 @@ def approvers(approval: ApprovalRequest) -> str:
 @register.filter
 def decided_as(decision: str) -> str:
     """A step's recorded decision as the step shows it: ``approved``, ``rejected``
-    or ``marked done``."""
-    if decision in ApprovalDecision.values:
-        return str(ApprovalDecision(decision).label)
-    return str(ApprovalDecision.MARK_DONE.label)
+    or ``marked done`` (:func:`runs.step_html.decided_as`)."""
+    return step_decided_as(decision)
 
 
 @register.filter

@@ -11,6 +11,8 @@ from engine.pricing import format_usd
 from infra.runtime import redactor
 from infra.words import span
 from runs.payloads import step_payload
+from runs.step_html import ms as _ms
+from runs.step_html import step_item as _step_item
 
 register = template.Library()
 
@@ -27,11 +29,13 @@ def json_compact(value: Any) -> str:
 
 @register.filter
 def ms(value: float | None) -> str:
-    if value is None:
-        return ""
-    if value < 1000:
-        return f"{value:.0f} ms"
-    return f"{value / 1000:.1f} s"
+    return _ms(value)
+
+
+@register.simple_tag
+def step_item(step: Any) -> str:
+    """A step's list item (:func:`runs.step_html.step_item`)."""
+    return _step_item(step)
 
 
 @register.filter
