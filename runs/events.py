@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from django.db import transaction
-from django.template.loader import render_to_string
 
 from engine.redaction import Redactor
 from infra.push import push, task_group
 from infra.runtime import redactor
 from runs.models import Step, Task
 from runs.payloads import step_payload, task_payload, task_payload_rows
+from runs.step_html import step_item
 
 
 def _redactor() -> Redactor:
@@ -34,8 +34,9 @@ def step_event(step: Any, *, redact: bool = True, html: bool = True) -> dict[str
 
 def render_step_html(step: Any) -> str:
     """The step's list item on the chat and trace pages: from a Step row, or from
-    its payload with ``task_id`` (the template reads the same names of both)."""
-    return render_to_string("runs/_step.html", {"step": step})
+    its payload with ``task_id`` (both carry the same names). What
+    ``templates/runs/_step.html`` draws, without the template engine around it."""
+    return str(step_item(step))
 
 
 def wants_html(*, by_token: bool, asked: str | None) -> bool:

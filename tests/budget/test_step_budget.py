@@ -30,105 +30,33 @@ import contextlib
 import os
 import tomllib
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import pytest
-from django.contrib.auth.models import Group
 from django.db import connection
 
-from registry.models import ModelPrice, Tool
 from runs import journal as run_journal
-from runs import services as runs
-from runs import tasks as run_tasks
-from runs.consumers import TaskConsumer
-from runs.models import DailyBudget, Task
-from tests.support.clients import bearer_client
+from runs.models import Task
 from tests.support.counting import Counts, Meter, function_calls
-from tests.support.memory import remembered
-from tests.support.replies import Script, text, tool_call
+from tests.support.demo_run import (
+    MODEL_CALLS,
+    Run,
+    advance,
+    check_frames,
+    configure,
+    deliver,
+    script,
+    succeeded,
+    watching,
+    worker_push_recorder,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
 
 BUDGET_FILE = Path(__file__).with_name("budget.toml")
 BUDGET: dict[str, dict[str, float]] = tomllib.loads(BUDGET_FILE.read_text())
-
-#: The message; "budget" and "recall" are the keywords of the routing
-#: configuration's toolsets (so its route offers both, memory's recall too).
-MESSAGE = (
-    "Recall how budgets are reported, work out the budget, open a ticket for it "
-    "and look up the Redis notes."
-)
-MODEL_CALLS = 4
-
-
-def script(runs: int) -> Script:
-    """``runs`` runs' replies, one run after another."""
-    return Script(
-        [
-            tool_call("calculate", {"expression": "128 * 6 + 320"}),
-            tool_call("create_ticket", {"title": "Budget", "body": "1088 in all"}),
-            tool_call("search_notes", {"keyword": "Redis"}),
-            text("The budget is 1088; ticket opened."),
-        ]
-        * runs
-    )
-
-
-def configure(demo: Any) -> None:
-    """Switch on what users configure: memory, routing, budgets, prices, access."""
-    agent = demo.agent
-    agent.tool_tags = [*agent.tool_tags, "memory"]
-    agent.toolsets = [
-        {"tag": "demo", "description": "notes and tickets", "keywords": ["budget"]},
-        {"tag": "memory", "description": "what you remember", "keywords": ["recall"]},
-    ]
-    agent.save()
-    for number in range(3):
-        remembered(demo.alice, f"Budgets are reported in USD ({number}).", f"s{number}")
-    DailyBudget.objects.create(user=None, max_cost_usd=100.0, max_tokens=10**8)
-    ModelPrice.objects.create(
-        pattern="scripted-*",
-        input_usd_per_m=Decimal("1"),
-        output_usd_per_m=Decimal("2"),
-    )
-    staff, _ = Group.objects.get_or_create(name="budget-users")
-    demo.alice.groups.add(staff)
-    agent.allowed_users.add(demo.alice)
-    agent.allowed_groups.add(staff)
-    for tool in Tool.objects.all():
-        tool.allowed_users.add(demo.alice)
-        tool.allowed_groups.add(staff)
-
-
-class Run:
-    """One measured run: its counts, and the messages its driver pushed."""
-
-    def __init__(self, demo: Any) -> None:
-        self.demo = demo
-        self.client = bearer_client(demo.alice)
-
-    def conversation(self) -> Any:
-        return runs.conversation_create(owner=self.demo.alice, agent=self.demo.agent)
-
-    def post(self, conversation: Any) -> str:
-        """Post the message as a program does; return its task's id."""
-        response = self.client.post(
-            f"/api/conversations/{conversation.pk}/messages/",
-            {"content": MESSAGE},
-            format="json",
-        )
-        assert response.status_code == 202, response.content
-        return str(response.json()["task"])
-
-
-def succeeded(task_id: str) -> Task:
-    done = Task.objects.get(pk=task_id)
-    assert done.status == "succeeded", (done.status, done.error_message)
-    assert done.steps.filter(kind="model_call").count() == MODEL_CALLS
-    return done
 
 
 def measured(demo: Any, model: Any) -> dict[str, Any]:
@@ -191,56 +119,17 @@ def pushes_awaited() -> Iterator[None]:
         future.result(timeout=10)
 
 
-def advance(task_id: str) -> str:
-    """What the ``advance`` Celery task runs (here, on this thread)."""
-    run_tasks.task_advance(task_id=task_id)
-    return task_id
-
-
-def worker_push_recorder(pushed: list[dict[str, Any]]) -> Any:
-    """``_Pusher.submit`` that also keeps each message the driver pushed."""
-    from infra.push import _Pusher
-
-    real = _Pusher.submit
-
-    def submit(self: Any, group: str, message: dict[str, Any]) -> Any:
-        if "base" in message:
-            pushed.append(message)
-        return real(self, group, message)
-
-    return submit
-
-
 async def consumer_calls(
     task: Task, pushed: list[dict[str, Any]], *, html: bool
 ) -> dict[str, int]:
     """What a socket watching ``task`` spends on the driver's pushes: function
-    calls, statements and frames, handled as Channels delivers them (through
-    the consumer's ``dispatch``)."""
-    sent: list[dict[str, Any]] = []
-
-    async def base_send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    consumer = TaskConsumer()
-    consumer.scope = {"type": "websocket", "query_string": b"", "user": None}
-    consumer.base_send = base_send
-    consumer.task_id = str(task.pk)
-    consumer.cursor = int(pushed[0]["base"])
-    consumer.status_sent = "running"
-    consumer.html = html
-    consumer._sending = asyncio.Lock()
+    calls, statements and frames, handled as Channels delivers them."""
+    consumer, sent = watching(task, pushed, html=html)
     meter = Meter()
     with meter.counting(), function_calls() as calls:
-        for message in pushed:
-            await consumer.dispatch(message)
-    # Each message was sent on as it came: no read, no fallback.
-    assert consumer.cursor == int(pushed[-1]["rev"])
-    assert meter.counts.sql == 0
-    steps = [
-        frame["text"] for frame in sent if frame["text"].startswith('{"type": "step"')
-    ]
-    assert steps and all(('"html"' in step) is html for step in steps)
+        await deliver(consumer, pushed)
+    check_frames(consumer, pushed, sent, html)
+    assert meter.counts.sql == 0  # each message sent on as it came: no read
     return {"function_calls": calls[0], "frames": len(sent), "sql": meter.counts.sql}
 
 
@@ -322,6 +211,9 @@ def counted_settings(settings: Any) -> Any:
     # once a poll, whatever the step). Held open here, so the count does not
     # depend on whether this machine stalled 50 ms between the two.
     settings.REACH_MEMORY_IN_CONTEXT = True
+    # The turn of a read that finishes within the read window is one write; held
+    # wide, so a stall of this machine does not split a turn in two.
+    settings.REACH_READ_WINDOW_MS = 10_000
     with mock.patch.object(run_journal, "CONTROL_FRESH_S", float("inf")):
         yield settings
 

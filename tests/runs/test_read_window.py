@@ -21,6 +21,12 @@ from tests.support.runs import advance, start
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture
+def wide_window(settings):
+    """A window no fast read misses, however busy the machine."""
+    settings.REACH_READ_WINDOW_MS = 10_000
+
+
 def pushed_steps(monkeypatch: Any) -> list[list[tuple[str | None, str]]]:
     """What the run's driver pushes: per message, its steps' (tool, status)."""
     messages: list[list[tuple[str | None, str]]] = []
@@ -36,7 +42,7 @@ def pushed_steps(monkeypatch: Any) -> list[list[tuple[str | None, str]]]:
 
 
 def test_a_read_done_within_the_window_is_written_with_its_reply_in_one_push(
-    alice, demo, model, monkeypatch
+    alice, demo, model, monkeypatch, wide_window
 ):
     model(Script([tool_call("calculate", {"expression": "6 * 7"}), text("42")]))
     messages = pushed_steps(monkeypatch)
@@ -93,7 +99,7 @@ def test_a_read_that_outlasts_the_window_shows_as_running_then_its_result(
 
 
 def test_an_untrusted_read_written_with_its_reply_taints_the_task(
-    alice, demo, model, monkeypatch
+    alice, demo, model, monkeypatch, wide_window
 ):
     model(Script([tool_call("search_notes", {"keyword": "Redis"}), text("ok")]))
     tasks: list[dict[str, Any]] = []
@@ -112,7 +118,7 @@ def test_an_untrusted_read_written_with_its_reply_taints_the_task(
 
 
 def test_a_crash_before_the_turn_is_written_asks_the_model_again(
-    alice, demo, model, monkeypatch
+    alice, demo, model, monkeypatch, wide_window
 ):
     """The read ran but its turn was never written: nothing of it was shown or
     stored, and the run goes on from its last write as after any crash; the
