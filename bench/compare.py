@@ -607,6 +607,81 @@ def memory_report(memory: dict[str, Any], conc_n: int) -> str:
     return "\n".join(lines) + "\n" if len(lines) > 3 else ""
 
 
+def targets_report(
+    summary: dict[str, dict[str, Any]], memory: dict[str, Any], conc_n: int
+) -> str:
+    """The targets of "Every feature pays for its step", each met or not, from
+    this run's figures (ratios and differences of one run: the machine's noise
+    moves them all together)."""
+    raw = summary.get("raw", {})
+    lang = summary.get("langgraph-sqlite", {})
+    ours = summary.get("platform-ws", {})
+    rows: list[tuple[str, str, str]] = []
+
+    def row(target: str, measured: str, ok: bool | None) -> None:
+        rows.append((target, measured, "n/a" if ok is None else _met(ok)))
+
+    if "ms_step" in ours and "ms_step" in raw and "ms_step" in lang:
+        mine = ours["ms_step"] - raw["ms_step"]
+        theirs = lang["ms_step"] - raw["ms_step"]
+        row(
+            "per step, over the bare loop: at most LangGraph + SQLite's + 2 ms",
+            f"{mine:+.1f} ms (LangGraph + SQLite {theirs:+.1f} ms)",
+            mine <= theirs + 2,
+        )
+    else:
+        row("per step: at most LangGraph + SQLite's overhead + 2 ms", "not run", None)
+
+    def at_once(item: dict[str, Any]) -> float | None:
+        values = item.get("conc", {}).get("async") or item.get("conc", {}).get(
+            "threads"
+        )
+        return med(values) if values else None
+
+    mine_conc, theirs_conc = at_once(ours), at_once(lang)
+    if mine_conc is not None and theirs_conc is not None:
+        row(
+            f"{conc_n} at once: at most LangGraph + SQLite's x ideal",
+            f"{mine_conc:.1f} x (LangGraph + SQLite {theirs_conc:.1f} x)",
+            mine_conc <= theirs_conc,
+        )
+    else:
+        row(f"{conc_n} at once: at most LangGraph + SQLite's x ideal", "not run", None)
+    cpu = ours.get("platform_seq") or {}
+    if cpu and "cpu_step" in raw:
+        worker = cpu.get("worker", float("nan"))
+        row(
+            "worker CPU: at most the bare loop's + 3 ms per step",
+            f"{worker:.2f} ms (bare loop {raw['cpu_step']:.2f} ms)",
+            worker <= raw["cpu_step"] + 3,
+        )
+    if cpu:
+        web = cpu.get("web", float("nan"))
+        row("web CPU: at most 3 ms per pushed step", f"{web:.2f} ms", web <= 3)
+    row(
+        "200 at once on PostgreSQL, 4 worker processes: at most 1.5 x the bare floor",
+        "not part of this run: `python -m bench.run --only concurrent --workers 4 "
+        "--concurrency 64 --database-url postgres://...`",
+        None,
+    )
+    if "worker_peak" in memory:
+        growth = (memory["worker_peak"] - memory["worker_before"]) / conc_n
+        row(
+            "worker RSS growth: at most 1 MB per concurrent run",
+            f"{growth:.2f} MB",
+            growth <= 1,
+        )
+    idle = memory.get("idle") or {}
+    if idle:
+        total = sum(idle.values())
+        row("idle stack: under 400 MB", f"{total:.1f} MB", total < 400)
+    lines = ["", "## Targets", "", "| target | measured | |", "|---|---|---|"]
+    lines += [
+        f"| {target} | {measured} | {verdict} |" for target, measured, verdict in rows
+    ]
+    return "\n".join(lines) + "\n"
+
+
 # -- main ------------------------------------------------------------------------
 
 
@@ -741,6 +816,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = summarise(seq, conc, peers, args)
     text = report(summary, args, notes, details, started, (load0, os.getloadavg()[0]))
     text += memory_report(memory, args.conc_n)
+    text += targets_report(summary, memory, args.conc_n)
     summary["memory"] = memory
     if args.profile:
         timed = [o for o in seq if o["peer"].startswith("platform")]
