@@ -18,6 +18,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from engine.pricing import format_usd
+from infra.errors import ErrorKind, ServiceError
 from infra.words import span
 from runs.models import DailyBudget, Task
 
@@ -80,12 +81,29 @@ class BudgetStatus:
         }
 
 
-class DailyBudgetExceeded(Exception):
-    """The user's daily budget is used up; ``status`` says how and until when."""
+class DailyBudgetExceeded(ServiceError):
+    """The user's daily budget is used up; ``status`` says how and until when.
+
+    An answer carries the budget and when it resets, and says when to try again
+    (``Retry-After``).
+    """
+
+    default_kind = ErrorKind.TOO_MANY
 
     def __init__(self, status: BudgetStatus) -> None:
         super().__init__(status.message())
         self.status = status
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return {
+            "budget": self.status.as_json(),
+            "resets_at": self.status.resets_at.isoformat(),
+        }
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.status.retry_after_s())}
 
 
 def budget_of(user: Any) -> DailyBudget | None:
