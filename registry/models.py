@@ -171,10 +171,10 @@ class Agent(_Registered):
 class Tool(_Registered):
     """A tool the model may call: metadata, implementation and policy."""
 
-    class Kind(models.TextChoices):
-        PYTHON = "python", "Python (built-in handler)"
-        HTTP = "http", "HTTP endpoint"
-        MCP = "mcp", "MCP server tool"
+    class Kind(models.TextChoices):  # the engine's ToolKind, with labels
+        PYTHON = engine.ToolKind.PYTHON.value, "Python (built-in handler)"
+        HTTP = engine.ToolKind.HTTP.value, "HTTP endpoint"
+        MCP = engine.ToolKind.MCP.value, "MCP server tool"
 
     Risk = models.TextChoices("Risk", [(r.name, r.value) for r in engine.Risk])
     Approval = models.TextChoices(
