@@ -10,7 +10,7 @@ from enum import StrEnum
 from django.db import models
 from django.utils import timezone
 
-from infra.rows import optional_user
+from infra.model_fields import optional_user
 from runs.models import Task
 
 

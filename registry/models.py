@@ -16,7 +16,8 @@ from django.utils import timezone
 from engine import spec as engine
 from engine.pricing import ModelPrice as EnginePrice
 from engine.routing import Routing, check_toolsets
-from infra.rows import optional_user, record_of
+from infra.model_fields import optional_user
+from infra.records import record_of
 
 _USERS_HELP = (
     "Who may use it: these users and the members of the groups below. Leave both "

@@ -18,8 +18,8 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from engine.pricing import format_usd
+from infra.durations import duration_words
 from infra.errors import ErrorKind, ServiceError
-from infra.words import span
 from runs.models import DailyBudget, Task
 
 
@@ -66,7 +66,7 @@ class BudgetStatus:
     def message(self, now: dt.datetime | None = None) -> str:
         """What the user is told when a message is refused."""
         local = timezone.localtime(self.resets_at)
-        wait = span(self.retry_after_s(now))
+        wait = duration_words(self.retry_after_s(now))
         return (
             f"Your daily budget is used up ({self.summary}). It resets at "
             f"{local:%Y-%m-%d %H:%M} {local.tzname()} (in {wait}); ask an admin "
