@@ -13,9 +13,9 @@ from rest_framework.views import APIView
 from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.payloads import approval_payload
 from approvals.selectors import approval_shown, approvals_shown
-from approvals.services import DecisionError, approval_decide, can_decide
+from approvals.services import approval_decide, can_decide
 from audit.permissions import can_audit
-from infra.api.common import error_response, paginate, redacted
+from infra.api.common import paginate, redacted
 from infra.api.schema import ErrorSchema
 
 
@@ -87,15 +87,13 @@ class ApprovalDecisionView(APIView):
         if approval is None:
             raise Http404
         data = request.data if isinstance(request.data, dict) else {}
-        try:
-            decided = approval_decide(
-                approval=approval,
-                user=user,
-                decision=str(data.get("decision", "")),
-                arguments=data.get("arguments"),
-                reason=str(data.get("reason") or ""),
-            )
-        except DecisionError as exc:
-            return error_response(str(exc), exc.status)
+        # A DecisionError answers its kind's status (infra.api.errors).
+        decided = approval_decide(
+            approval=approval,
+            user=user,
+            decision=str(data.get("decision", "")),
+            arguments=data.get("arguments"),
+            reason=str(data.get("reason") or ""),
+        )
         decided = approvals_shown().get(pk=decided.pk)
         return Response(redacted(approval_payload(decided)))

@@ -7,7 +7,7 @@ from django.db import models
 from django.utils import timezone
 
 from engine.spec import DECIDED_AS, HumanDecision
-from infra.rows import optional_user, uuid_id
+from infra.model_fields import optional_user, uuid_id
 
 
 class ApprovalDecision(models.TextChoices):

@@ -38,6 +38,7 @@ from engine.spec import (
     StepStatus,
     ToolSpec,
 )
+from infra.errors import ErrorKind, ServiceError
 from infra.runtime import redactor
 from runs import ports
 from runs import steps as run_steps
@@ -54,12 +55,9 @@ RECOVERY_REASON = (
 RECOVERY_DECISIONS = frozenset({ApprovalDecision.MARK_DONE, ApprovalDecision.RETRY})
 
 
-class DecisionError(Exception):
-    """A decision that cannot be taken; ``status`` is the HTTP status to answer."""
-
-    def __init__(self, message: str, status: int) -> None:
-        super().__init__(message)
-        self.status = status
+class DecisionError(ServiceError):
+    """A decision that cannot be taken: an invalid one unless ``kind`` says the
+    caller may not (forbidden) or the request was decided meanwhile (a conflict)."""
 
 
 def can_decide(user: Any) -> bool:
@@ -185,24 +183,28 @@ def approval_decide(
     ``decision`` is an :class:`ApprovalDecision` (or its value): approve, reject
     or, for recovery requests, mark done or retry (``approve`` on a recovery
     request is a retry, and is recorded as one). The request records the decision
-    beside the status it leads to. Raises :class:`DecisionError` (403, 400 or
-    409).
+    beside the status it leads to. Raises :class:`DecisionError` (forbidden,
+    invalid, or a conflict when the request was decided or expired meanwhile).
     """
     if not can_decide(user):
-        raise DecisionError("You do not have permission to decide approvals.", 403)
+        raise DecisionError(
+            "You do not have permission to decide approvals.", ErrorKind.FORBIDDEN
+        )
     if decision not in ApprovalDecision.values:
         accepted = ", ".join(f"'{value}'" for value in ApprovalDecision.values)
-        raise DecisionError(f"decision must be one of {accepted}.", 400)
+        raise DecisionError(f"decision must be one of {accepted}.")
     decision = ApprovalDecision(decision)
     # The reason goes back to the model and into the trace: never a secret.
     reason = redactor().text((reason or "").strip())
     if decision is ApprovalDecision.REJECT and not reason:
-        raise DecisionError("A reason is required to reject.", 400)
+        raise DecisionError("A reason is required to reject.")
     if user.pk == approval.requested_by_id:
-        raise DecisionError("You cannot decide on your own task's request.", 403)
+        raise DecisionError(
+            "You cannot decide on your own task's request.", ErrorKind.FORBIDDEN
+        )
     recovery = approval.kind == ApprovalRequest.Kind.RECOVERY
     if decision in RECOVERY_DECISIONS and not recovery:
-        raise DecisionError(f"{decision.value} applies to recovery requests only.", 400)
+        raise DecisionError(f"{decision.value} applies to recovery requests only.")
     if recovery and decision is ApprovalDecision.APPROVE:
         # What approving "did it happen?" means: run it again.
         decision = ApprovalDecision.RETRY
@@ -211,7 +213,7 @@ def approval_decide(
 
     if recovery and arguments is not None:
         raise DecisionError(
-            "A recovery request retries the call as it was; it cannot be edited.", 400
+            "A recovery request retries the call as it was; it cannot be edited."
         )
 
     with transaction.atomic():
@@ -220,9 +222,11 @@ def approval_decide(
         current = ApprovalRequest.objects.get(pk=approval.pk)
         now = timezone.now()
         if current.status != ApprovalRequest.Status.PENDING:
-            raise DecisionError(f"This request is already {current.status}.", 409)
+            raise DecisionError(
+                f"This request is already {current.status}.", ErrorKind.CONFLICT
+            )
         if current.expires_at <= now:
-            raise DecisionError("This request has expired.", 409)
+            raise DecisionError("This request has expired.", ErrorKind.CONFLICT)
 
         # The model's proposal stays the reference for every edit and its diff.
         original = (
@@ -255,7 +259,9 @@ def approval_decide(
                         approval=current, user=user, arguments_hash=final_hash
                     )
             except IntegrityError:
-                raise DecisionError("You already approved this request.", 409) from None
+                raise DecisionError(
+                    "You already approved this request.", ErrorKind.CONFLICT
+                ) from None
             # Only votes for exactly these arguments count.
             votes = ApprovalVote.objects.filter(
                 approval=current, arguments_hash=final_hash
@@ -263,7 +269,9 @@ def approval_decide(
             if votes < current.approvals_required:
                 # First of two approvers: record the vote, stay pending.
                 if not _swap(current, now, **edit_fields):
-                    raise DecisionError("Someone else decided first.", 409)
+                    raise DecisionError(
+                        "Someone else decided first.", ErrorKind.CONFLICT
+                    )
                 _audit(
                     AuditKind.APPROVAL_VOTED,
                     current,
@@ -292,7 +300,7 @@ def approval_decide(
             **edit_fields,
         )
         if not won:
-            raise DecisionError("Someone else decided first.", 409)
+            raise DecisionError("Someone else decided first.", ErrorKind.CONFLICT)
         # The step keeps the engine's vocabulary: a retry runs as an approval.
         step_decision = ApprovalDecision.APPROVE if approving else decision
         _apply_to_step(task, current, step_decision, final_args, user, reason)
@@ -325,21 +333,21 @@ def _validated_edit(
     task: Task, approval: ApprovalRequest, arguments: Any
 ) -> dict[str, Any]:
     if not isinstance(arguments, dict):
-        raise DecisionError("arguments must be a JSON object.", 400)
+        raise DecisionError("arguments must be a JSON object.")
     definition = _tool_definition(task, approval.tool)
     if not definition:
-        raise DecisionError(f"The tool {approval.tool} is no longer defined.", 400)
+        raise DecisionError(f"The tool {approval.tool} is no longer defined.")
     spec = ToolSpec.from_definition(definition)
     try:
         validate_arguments(spec.parameters, arguments)
     except InvalidArguments as exc:
-        raise DecisionError(str(exc), 400) from exc
+        raise DecisionError(str(exc)) from exc
     # What is approved, hashed and run is the same redacted object.
     cleaned: dict[str, Any] = dict(redactor().data(arguments))
     verdict = decide(spec, cleaned, tainted_by=approval.tainted_by or [])
     if verdict.decision is Decision.DENY:
         raise DecisionError(
-            "The policy refuses these arguments: " + "; ".join(verdict.reasons), 400
+            "The policy refuses these arguments: " + "; ".join(verdict.reasons)
         )
     return cleaned
 

@@ -19,18 +19,18 @@ from audit.models import AuditKind
 from audit.services import audit_task
 from console.board import long_queued_runs, stuck_runs
 from console.permissions import can_operate_console
+from infra.errors import ErrorKind, ServiceError
 from runs import services as runs
 from runs import tasks as run_tasks
 from runs.models import Task
 from traces.fork import ForkError, task_fork
 
 
-class ConsoleError(Exception):
-    """An action that cannot be done now; ``status`` is the HTTP status."""
+class ConsoleError(ServiceError):
+    """An action that cannot be done now: a conflict with the run's state unless
+    ``kind`` says otherwise."""
 
-    def __init__(self, message: str, status: int = 409) -> None:
-        super().__init__(message)
-        self.status = status
+    default_kind = ErrorKind.CONFLICT
 
 
 def _require_operator(user: Any) -> None:
@@ -104,7 +104,7 @@ def console_retry(*, task: Task, user: Any, from_seq: int) -> Task:
             task=task, user=user, from_seq=from_seq, conversation=task.conversation
         )
     except ForkError as exc:
-        raise ConsoleError(str(exc), exc.status) from exc
+        raise ConsoleError(str(exc), exc.kind) from exc
     except runs.ConversationBusy as busy:
         raise ConsoleError(
             f"Its conversation has a run still active ({busy.task.pk}); cancel it "

@@ -20,9 +20,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from console import services
-from console.board import console_board
+from console.board import RunState, console_board
 from console.permissions import can_operate_console, can_view_console
-from infra.views import post_only
+from infra.views import post_only, template_enum
 from runs.models import Task
 
 #: How often the page fetches its board again (milliseconds).
@@ -48,6 +48,7 @@ def _board(request: HttpRequest, template: str) -> HttpResponse:
         "board": console_board(),
         "can_operate": can_operate_console(request.user),
         "refresh_ms": REFRESH_MS,
+        "states": template_enum(RunState),
     }
     return render(request, template, context)
 

@@ -16,17 +16,18 @@ from django.core.mail import EmailMessage
 from django.db.models import Q
 from django.utils import timezone
 
-from effects.models import Outbox
+from effects.models import MailReport, Outbox
 
 log = logging.getLogger(__name__)
 
 
 def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
-    """Send pending mail (one key, or a batch); return the status of ``key``."""
+    """Send pending mail (one key, or a batch); return the status of ``key``:
+    a :class:`MailReport` when this call tried to send it, else its row's."""
     rows = Outbox.objects.filter(status=Outbox.Status.PENDING)
     if key is not None:
         rows = rows.filter(idempotency_key=key)
-    status = None
+    status: str | None = None
     for row in list(rows.order_by("created_at")[:limit]):
         # Claim the row so two dispatchers never send it twice; the claim time
         # tells the reaper of stuck sends how long this send has been in flight.
@@ -51,12 +52,12 @@ def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
             Outbox.objects.filter(pk=row.pk).update(
                 status=Outbox.Status.PENDING, last_error=str(exc)[:500]
             )
-            status = "queued"
+            status = MailReport.QUEUED
             continue
         Outbox.objects.filter(pk=row.pk).update(
             status=Outbox.Status.SENT, sent_at=timezone.now()
         )
-        status = "sent"
+        status = MailReport.SENT
     if key is not None and status is None:
         row = Outbox.objects.filter(idempotency_key=key).first()
         status = row.status if row else None

@@ -5,10 +5,12 @@ The tables keep the names they had in the ``agents`` app (``db_table``).
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from django.db import models
 from django.utils import timezone
 
-from infra.rows import optional_user
+from infra.model_fields import optional_user
 from runs.models import Task
 
 
@@ -98,3 +100,13 @@ class Outbox(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject} → {self.to} ({self.status})"
+
+
+class MailReport(StrEnum):
+    """What the mail tool's result says of its mail (its ``status``), beside the
+    row's own :class:`Outbox.Status` when the dispatcher did not get to it."""
+
+    #: In the outbox, not sent yet: just written, or a send that failed and is
+    #: retried (the row is pending).
+    QUEUED = "queued"
+    SENT = "sent"

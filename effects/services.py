@@ -17,7 +17,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from effects import tasks as effect_tasks
-from effects.models import Outbox, ToolExecution
+from effects.models import MailReport, Outbox, ToolExecution
 from engine.canonical import canonical_hash
 from engine.execution import ToolError
 from engine.spec import CallContext
@@ -78,7 +78,11 @@ def queue_email(*, key: str, to: str, subject: str, body: str) -> dict[str, Any]
         subject=subject,
         body=body,
     )
-    return {"status": "queued", "to": row.to, "message_id": row.message_id}
+    return {
+        "status": MailReport.QUEUED.value,
+        "to": row.to,
+        "message_id": row.message_id,
+    }
 
 
 def mail_queue(*, key: str, to: str, subject: str, body: str) -> Outbox:

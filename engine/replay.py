@@ -4,7 +4,7 @@ The recorded model replies stand in for the model and the recorded tool
 results (or errors) for the tools, so nothing is executed for real. The
 current engine — today's validation, policy, taint, limits and repeated-call
 rules, with today's tool definitions — plans the run again in a
-:class:`~engine.memory.MemoryJournal`, and the steps it produces are
+:class:`~engine.memory_journal.MemoryJournal`, and the steps it produces are
 compared with the recorded ones: kind, tool, canonical arguments, policy
 decision, status and error class (ids, timings and usage aside). Recorded
 approval decisions are replayed as decisions.
@@ -26,7 +26,7 @@ from .canonical import canonical_hash, canonical_json
 from .context import given_notes
 from .execution import Executor, ToolError, Untrusted
 from .loop import Control, Engine, Outcome
-from .memory import MemoryJournal
+from .memory_journal import MemoryJournal
 from .model_client import Messages, ModelError, ModelReply, Tools, parse_message
 from .pricing import ModelPrice
 from .redaction import Redactor

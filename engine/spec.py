@@ -21,6 +21,15 @@ class Risk(StrEnum):
     IRREVERSIBLE = "irreversible"
 
 
+class ToolKind(StrEnum):
+    """How a tool is implemented: a built-in handler, an HTTP endpoint or an MCP
+    server's tool (the registry's ``Tool.Kind``)."""
+
+    PYTHON = "python"
+    HTTP = "http"
+    MCP = "mcp"
+
+
 class ApprovalMode(StrEnum):
     NEVER = "never"
     ALWAYS = "always"
@@ -408,7 +417,9 @@ class ToolSpec:
     name: str
     description: str
     parameters: Mapping[str, Any]
-    kind: str = "python"
+    #: A :class:`ToolKind` value; read back as recorded (``str``), since an
+    #: imported trace's definitions are kept as the trace carries them.
+    kind: str = ToolKind.PYTHON
     risk: Risk = Risk.READ_ONLY
     approval: ApprovalMode = ApprovalMode.NEVER
     approval_rule: str | None = None

@@ -16,7 +16,8 @@ from rest_framework.views import APIView
 from evals import services
 from evals import tasks as celery_tasks
 from evals.models import EvalReport, Suite
-from infra.api.common import error_response, paginate
+from infra.api.common import paginate
+from infra.errors import ErrorKind
 
 
 def _int(data: Any, key: str) -> int | None:
@@ -89,10 +90,8 @@ class EvalList(APIView):
         responses={201: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
     )
     def post(self, request: Request) -> Response:
-        try:
-            report = start_report(request.user, request.data)
-        except services.EvalError as exc:
-            return error_response(str(exc), exc.status)
+        # An EvalError answers its kind's status (infra.api.errors).
+        report = start_report(request.user, request.data)
         return Response(services.report_view(report), status=status.HTTP_201_CREATED)
 
 
@@ -106,13 +105,15 @@ class EvalDetail(APIView):
             raise PermissionDenied("Only operators read evaluations.")
         report = services.report_find(report_id)
         if report is None:
-            return error_response("No such evaluation.", 404)
+            raise services.EvalError("No such evaluation.", ErrorKind.NOT_FOUND)
         document = services.report_view(report)
         baseline_id = request.query_params.get("compare")
         if baseline_id:
             baseline = services.report_find(baseline_id)
             if baseline is None:
-                return error_response(f"No evaluation {baseline_id} to compare.", 404)
+                raise services.EvalError(
+                    f"No evaluation {baseline_id} to compare.", ErrorKind.NOT_FOUND
+                )
             document["regressions"] = services.report_compare(report, baseline)
             document["compared_with"] = str(baseline.pk)
         return Response(document)

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from infra.rows import uuid_id
+from infra.model_fields import uuid_id
 from registry.models import Agent
 from runs.models import Conversation, Task
 

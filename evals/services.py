@@ -26,6 +26,7 @@ from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.services import DecisionError, approval_decide, can_decide
 from evals import scoring, suites
 from evals.models import EvalReport, EvalRun, Suite
+from infra.errors import ErrorKind, ServiceError
 from registry.models import Agent
 from runs import services as runs
 from runs.models import Task
@@ -38,12 +39,9 @@ EVAL_RUNNER = "eval-runner"
 SIMULATED_REASON = "rejected by the evaluation's simulated approver"
 
 
-class EvalError(Exception):
-    """A refusal with an HTTP status (400 bad input, 403, 404)."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+class EvalError(ServiceError):
+    """A refusal of an evaluation: invalid input unless its ``kind`` says otherwise
+    (forbidden, not found)."""
 
 
 def can_run_evals(user: Any) -> bool:
@@ -68,7 +66,7 @@ def suite_resolve(name_or_path: str) -> Suite:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml", ".json") or path.is_file():
         if not path.is_file():
-            raise EvalError(f"No suite file at {name_or_path}.", 404)
+            raise EvalError(f"No suite file at {name_or_path}.", ErrorKind.NOT_FOUND)
         try:
             document = suites.parse(path.read_text(encoding="utf-8"))
         except suites.SuiteError as exc:
@@ -83,7 +81,8 @@ def suite_resolve(name_or_path: str) -> Suite:
             | set(suites.builtin_paths())
         )
         raise EvalError(
-            f"No suite named {name_or_path!r} (known: {', '.join(known)}).", 404
+            f"No suite named {name_or_path!r} (known: {', '.join(known)}).",
+            ErrorKind.NOT_FOUND,
         )
     return suite
 
@@ -123,15 +122,17 @@ def _suite_store(document: dict[str, Any], source: str) -> Suite:
 
 
 def eval_access_check(user: Any) -> None:
-    """Raise :class:`EvalError` (403) unless ``user`` may start an evaluation."""
+    """Raise :class:`EvalError` (forbidden) unless ``user`` may start an evaluation."""
     if not can_run_evals(user):
-        raise EvalError("You do not have permission to run evaluations.", 403)
+        raise EvalError(
+            "You do not have permission to run evaluations.", ErrorKind.FORBIDDEN
+        )
     if not can_decide(user):
         # The simulated approver decides as the person who started the report.
         raise EvalError(
             "Running an evaluation decides its approvals as you: you need the "
             "permission to decide approvals too.",
-            403,
+            ErrorKind.FORBIDDEN,
         )
 
 
@@ -331,7 +332,7 @@ def _simulate_approver(report: EvalReport, task: Task, approver: str) -> None:
                 reason="" if decision == ApprovalDecision.APPROVE else SIMULATED_REASON,
             )
         except DecisionError as exc:
-            if exc.status != 409:  # 409: decided meanwhile, which is fine
+            if exc.kind is not ErrorKind.CONFLICT:  # decided meanwhile: fine
                 raise EvalError(f"The simulated approver was refused: {exc}") from exc
 
 

@@ -4,7 +4,7 @@ a gateway run gets the one-call model instead of the configured endpoint
 
 from __future__ import annotations
 
-from gateway.model import gateway_model
+from gateway.model_client import gateway_model
 from runs.ports import plug_model
 
 plug_model(gateway_model)

@@ -2,7 +2,7 @@
 
 A call is started as an ordinary task (``runs.services.task_start``) in a
 conversation of its own, marked in its agent snapshot so the worker answers it
-with :class:`gateway.model.GatewayModel`. Its own conversation, because a
+with :class:`gateway.model_client.GatewayModel`. Its own conversation, because a
 conversation runs one task at a time and an MCP client may call in parallel.
 """
 
@@ -29,7 +29,7 @@ from engine.spec import (
     StepStatus,
     TaskStatus,
 )
-from gateway.model import GATEWAY_KEY, GATEWAY_MODEL, GatewayCall
+from gateway.model_client import GATEWAY_KEY, GATEWAY_MODEL, GatewayCall
 from infra import runtime
 from registry.access import may_use_agent
 from registry.models import Agent

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import Enum
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 
 View = Callable[..., HttpResponse]
+_Member = TypeVar("_Member", bound=Enum)
+
+
+def template_enum(enum: type[_Member]) -> dict[str, _Member]:
+    """``enum``'s members by name, for a template to compare a value with
+    (``{% if state == states.FAILED %}``) instead of a bare string.
+
+    A model's choices are reached through its rows (``approval.Kind.RECOVERY``);
+    a plain enum class cannot be handed to a template as it is, since the
+    template would call it (with no value).
+    """
+    return {member.name: member for member in enum}
 
 
 def post_only(back_to: str) -> Callable[[View], View]:

@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from infra.api.common import error_response, page_window, paginate, redacted
+from infra.api.common import page_window, paginate, redacted
 from infra.api.schema import ErrorSchema
 from memory import services
 from memory.models import MemoryItem
@@ -303,8 +303,8 @@ class MemoryDetail(APIView):
                 subject=_text(data, "subject", services.MAX_SUBJECT_CHARS),
                 expires_at=_expiry(data),
             )
-        except services.MemoryConflict as exc:
-            return error_response(str(exc), status.HTTP_409_CONFLICT)
+        except services.MemoryConflict:
+            raise  # its kind's status (infra.api.errors), not a field error
         except services.MemoryInvalid as exc:
             raise ApiValidationError({"detail": [str(exc)]}) from exc
         except MemoryItem.DoesNotExist as exc:  # deleted meanwhile

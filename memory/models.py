@@ -19,7 +19,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from infra.rows import optional_user, uuid_id
+from infra.model_fields import optional_user, uuid_id
 from registry.models import Agent
 from runs.models import Task
 

@@ -31,6 +31,7 @@ from engine.spec import (
     StepStatus,
     utcnow,
 )
+from infra.errors import ErrorKind, ServiceError
 from infra.runtime import redactor
 from memory import search
 from memory.models import MemoryAuditKind, MemoryItem
@@ -63,8 +64,10 @@ class MemoryInvalid(ValueError):
     """A write or change that cannot be made; the message says why."""
 
 
-class MemoryConflict(MemoryInvalid):
+class MemoryConflict(ServiceError, MemoryInvalid):
     """The item is no longer live, or another live item holds the subject."""
+
+    default_kind = ErrorKind.CONFLICT
 
 
 @dataclass(frozen=True)

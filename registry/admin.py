@@ -31,7 +31,7 @@ from registry.access import access_summary
 from registry.adapters.http import http_tool_try, sample_arguments
 from registry.adapters.mcp import MCPUnavailable, env_errors
 from registry.lint import lint_registry, lint_tool_in_registry
-from registry.mcp_import import mcp_import_tools
+from registry.mcp_import import IMPORT_WARNINGS, mcp_import_tools
 from registry.models import Agent, MCPServer, ModelPrice, Secret, Tool, ToolVersion
 from registry.payloads import (
     TOOL_IMPLEMENTATION_FIELDS,
@@ -769,7 +769,7 @@ class MCPServerAdmin(admin.ModelAdmin):
                 request, f"{server.name} lists no tools.", messages.WARNING
             )
         for outcome in outcomes:
-            warn = outcome.status in ("skipped", "gone")
+            warn = outcome.status in IMPORT_WARNINGS
             level = messages.WARNING if warn else messages.SUCCESS
             self.message_user(request, f"{server.name}: {outcome.line()}", level)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -102,13 +103,29 @@ def repair_schema(schema: Any) -> dict[str, Any]:
     return repaired
 
 
+class ImportStatus(StrEnum):
+    """What importing one listed (or no longer listed) MCP tool did."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    #: Not imported: the listing or the registry refused it (the detail says why).
+    SKIPPED = "skipped"
+    #: Imported earlier; the server no longer lists it.
+    GONE = "gone"
+
+
+#: Outcomes an operator should look at.
+IMPORT_WARNINGS = frozenset({ImportStatus.SKIPPED, ImportStatus.GONE})
+
+
 @dataclass
 class ImportOutcome:
     """What importing one MCP tool did."""
 
     remote: str
     tool: str
-    status: str  # created | updated | unchanged | skipped | gone
+    status: ImportStatus
     detail: str = ""
     version: int | None = None
     warnings: list[str] = field(default_factory=list)
@@ -173,7 +190,9 @@ def mcp_import_tools(
         try:
             offer = _offer(server, remote)
         except ValueError as exc:
-            outcomes.append(ImportOutcome(remote.name, "", "skipped", str(exc)))
+            outcomes.append(
+                ImportOutcome(remote.name, "", ImportStatus.SKIPPED, str(exc))
+            )
             continue
         tool = existing.get(remote.name)
         try:
@@ -187,7 +206,9 @@ def mcp_import_tools(
                 f"{field}: {' '.join(messages)}"
                 for field, messages in exc.message_dict.items()
             )
-            outcomes.append(ImportOutcome(remote.name, "", "skipped", detail))
+            outcomes.append(
+                ImportOutcome(remote.name, "", ImportStatus.SKIPPED, detail)
+            )
             continue
         taken.add(outcome.tool)
         outcomes.append(outcome)
@@ -197,7 +218,7 @@ def mcp_import_tools(
                 ImportOutcome(
                     remote_name,
                     tool.name,
-                    "gone",
+                    ImportStatus.GONE,
                     "the server no longer lists this tool; disable or delete it",
                     tool.version,
                 )
@@ -256,7 +277,9 @@ def _create(
     detail = "disabled until an operator confirms its policy"
     if name != sanitise_name(remote.name):
         detail = f"renamed to avoid a name clash; {detail}"
-    return ImportOutcome(remote.name, tool.name, "created", detail, tool.version)
+    return ImportOutcome(
+        remote.name, tool.name, ImportStatus.CREATED, detail, tool.version
+    )
 
 
 def _update(tool: Tool, offer: _Offer, user: Any) -> ImportOutcome:
@@ -276,10 +299,14 @@ def _update(tool: Tool, offer: _Offer, user: Any) -> ImportOutcome:
         tool.enabled = False
     tool, made = registry_services.tool_save(tool=tool, user=user)
     if not made:
-        return ImportOutcome(remote.name, tool.name, "unchanged", "", tool.version)
+        return ImportOutcome(
+            remote.name, tool.name, ImportStatus.UNCHANGED, "", tool.version
+        )
     detail = "definition changed on the server"
     if stricter:
         detail = f"annotations now suggest risk {policy['risk']}"
     if review:
         detail += "; disabled until an operator confirms it again"
-    return ImportOutcome(remote.name, tool.name, "updated", detail, tool.version)
+    return ImportOutcome(
+        remote.name, tool.name, ImportStatus.UPDATED, detail, tool.version
+    )

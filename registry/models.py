@@ -16,7 +16,8 @@ from django.utils import timezone
 from engine import spec as engine
 from engine.pricing import ModelPrice as EnginePrice
 from engine.routing import Routing, check_toolsets
-from infra.rows import optional_user, record_of
+from infra.model_fields import optional_user
+from infra.records import record_of
 
 _USERS_HELP = (
     "Who may use it: these users and the members of the groups below. Leave both "
@@ -171,10 +172,10 @@ class Agent(_Registered):
 class Tool(_Registered):
     """A tool the model may call: metadata, implementation and policy."""
 
-    class Kind(models.TextChoices):
-        PYTHON = "python", "Python (built-in handler)"
-        HTTP = "http", "HTTP endpoint"
-        MCP = "mcp", "MCP server tool"
+    class Kind(models.TextChoices):  # the engine's ToolKind, with labels
+        PYTHON = engine.ToolKind.PYTHON.value, "Python (built-in handler)"
+        HTTP = engine.ToolKind.HTTP.value, "HTTP endpoint"
+        MCP = engine.ToolKind.MCP.value, "MCP server tool"
 
     Risk = models.TextChoices("Risk", [(r.name, r.value) for r in engine.Risk])
     Approval = models.TextChoices(

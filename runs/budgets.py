@@ -18,7 +18,8 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from engine.pricing import format_usd
-from infra.words import span
+from infra.durations import duration_words
+from infra.errors import ErrorKind, ServiceError
 from runs.models import DailyBudget, Task
 
 
@@ -65,7 +66,7 @@ class BudgetStatus:
     def message(self, now: dt.datetime | None = None) -> str:
         """What the user is told when a message is refused."""
         local = timezone.localtime(self.resets_at)
-        wait = span(self.retry_after_s(now))
+        wait = duration_words(self.retry_after_s(now))
         return (
             f"Your daily budget is used up ({self.summary}). It resets at "
             f"{local:%Y-%m-%d %H:%M} {local.tzname()} (in {wait}); ask an admin "
@@ -80,12 +81,29 @@ class BudgetStatus:
         }
 
 
-class DailyBudgetExceeded(Exception):
-    """The user's daily budget is used up; ``status`` says how and until when."""
+class DailyBudgetExceeded(ServiceError):
+    """The user's daily budget is used up; ``status`` says how and until when.
+
+    An answer carries the budget and when it resets, and says when to try again
+    (``Retry-After``).
+    """
+
+    default_kind = ErrorKind.TOO_MANY
 
     def __init__(self, status: BudgetStatus) -> None:
         super().__init__(status.message())
         self.status = status
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return {
+            "budget": self.status.as_json(),
+            "resets_at": self.status.resets_at.isoformat(),
+        }
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.status.retry_after_s())}
 
 
 def budget_of(user: Any) -> DailyBudget | None:

@@ -16,7 +16,8 @@ from django.db import models
 from django.utils import timezone
 
 from engine import spec as engine
-from infra.rows import record_of, uuid_id
+from infra.model_fields import uuid_id
+from infra.records import record_of
 from registry.models import Agent
 
 

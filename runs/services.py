@@ -22,6 +22,7 @@ from engine.pricing import snapshot_price
 from engine.routing import ROUTING_KEY, Route
 from engine.spec import FINAL_TASK_STATUSES, StopReason, TaskStatus
 from infra import runtime
+from infra.errors import ErrorKind, ServiceError
 from registry.services import agent_snapshot_of, snapshot_priced, snapshot_routed
 from runs import events as notify
 from runs import ports
@@ -35,25 +36,31 @@ from runs.models import Conversation, Message, Task
 from runs.steps import steps_insert
 
 
-class ConversationBusy(Exception):
+class ConversationBusy(ServiceError):
     """A task of this conversation is still queued or running."""
+
+    default_kind = ErrorKind.CONFLICT
 
     def __init__(self, task: Task) -> None:
         super().__init__(str(task.pk))
         self.task = task
 
 
-class ConversationReadOnly(ValueError):
+class ConversationReadOnly(ServiceError, ValueError):
     """The conversation holds an imported trace: a record, not a chat to go on.
 
     A ``ValueError`` still, for callers that treat every refusal of a message
-    alike; the API tells it apart (409: the conversation's state, not the
+    alike; the API tells it apart (a conflict: the conversation's state, not the
     message, is what refuses it).
     """
 
+    default_kind = ErrorKind.CONFLICT
 
-class TaskFinal(Exception):
+
+class TaskFinal(ServiceError):
     """The task already reached a final status."""
+
+    default_kind = ErrorKind.CONFLICT
 
 
 # -- starting --------------------------------------------------------------------

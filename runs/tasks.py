@@ -18,6 +18,7 @@ import os
 import socket
 import uuid
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from celery import shared_task
@@ -27,7 +28,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from engine.evaluation import EvalCase, eval_toolbox
-from engine.loop import Engine, LeaseLost
+from engine.loop import Engine, LeaseLost, Outcome
 from engine.model_client import ModelClient, ModelError, UnavailableModel
 from engine.pricing import snapshot_price
 from engine.routing import ROUTE_KEY, ROUTING_KEY, Routing
@@ -45,9 +46,25 @@ log = logging.getLogger(__name__)
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 
 
+class AdvanceResult(StrEnum):
+    """What one :func:`task_advance` came to (the ``advance`` task's result)."""
+
+    #: The engine's outcomes (:class:`engine.loop.Outcome`).
+    FINISHED = Outcome.FINISHED.value
+    PARKED = Outcome.PARKED.value
+    #: Another worker holds the run, or it is final: nothing was done.
+    NOT_CLAIMED = "not-claimed"
+    #: Another worker took the lease over mid-run; this one stopped.
+    LEASE_LOST = "lease-lost"
+    #: The database connection went away; the run goes on from its last step.
+    DATABASE_LOST = "database-lost"
+    #: An unexpected error: the run was finished as an internal error.
+    INTERNAL_ERROR = "internal-error"
+
+
 @shared_task(name="agents.advance", acks_late=True, reject_on_worker_lost=True)
 def advance(task_id: str) -> str:
-    return task_advance(task_id=task_id)
+    return task_advance(task_id=task_id).value
 
 
 @shared_task(name="agents.reap")
@@ -70,12 +87,12 @@ def enqueue_advance(task_id: Any, *, countdown: float | None = None) -> None:
 # -- advancing ---------------------------------------------------------------------
 
 
-def task_advance(*, task_id: Any) -> str:
+def task_advance(*, task_id: Any) -> AdvanceResult:
     """Claim the task and drive it until it finishes, parks or loses its lease."""
     owner = f"{WORKER_ID}:{uuid.uuid4().hex[:8]}"
     epoch = task_claim(task_id=task_id, owner=owner)
     if epoch is None:
-        return "not-claimed"
+        return AdvanceResult.NOT_CLAIMED
     token = current_task_id.set(str(task_id))
     task = Task.objects.select_related("agent", "owner").get(pk=task_id)
     intent_token = current_intent.set(task.intent)
@@ -84,10 +101,10 @@ def task_advance(*, task_id: Any) -> str:
     try:
         engine = build_engine(task)
         outcome = engine.advance(journal)
-        return outcome.value
+        return AdvanceResult(outcome.value)
     except LeaseLost:
         log.info("lease of task %s was taken over; stopping", task_id)
-        return "lease-lost"
+        return AdvanceResult.LEASE_LOST
     except (OperationalError, InterfaceError):
         # The database connection went away mid-run: not the run's fault. Drop
         # the connection and let the run go on from its last committed step
@@ -99,7 +116,7 @@ def task_advance(*, task_id: Any) -> str:
                 pk=task_id, lease_owner=owner, lease_epoch=epoch
             ).update(lease_expires_at=timezone.now())
             enqueue_advance(task_id, countdown=1)
-        return "database-lost"
+        return AdvanceResult.DATABASE_LOST
     except Exception as exc:  # noqa: BLE001 - record, never leave it running
         log.exception("task %s failed with an internal error", task_id)
         with contextlib.suppress(LeaseLost):
@@ -108,7 +125,7 @@ def task_advance(*, task_id: Any) -> str:
                 answer=None,
                 message=f"Internal error: {exc.__class__.__name__}: {exc}"[:1000],
             )
-        return "internal-error"
+        return AdvanceResult.INTERNAL_ERROR
     finally:
         _heartbeat.remove(str(task.pk))
         current_intent.reset(intent_token)
@@ -192,6 +209,7 @@ def tasks_reap() -> list[str]:
 
 
 __all__ = [
+    "AdvanceResult",
     "enqueue_advance",
     "run_limits",
     "task_advance",

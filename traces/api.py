@@ -15,10 +15,11 @@ from audit.models import AuditKind
 from audit.permissions import can_audit
 from audit.services import audit_task
 from infra.api.common import error_response
+from infra.api.errors import http_status
 from infra.api.parsers import BoundedJSONParser
 from runs.api.common import visible_task_or_404
 from traces.export import trace_document
-from traces.fork import ForkError, task_fork
+from traces.fork import task_fork
 from traces.imports import TraceInvalid, trace_import
 from traces.replay import TaskNotFinal, task_rerun
 
@@ -49,14 +50,14 @@ class TaskRerun(APIView):
         task = visible_task_or_404(request, task_id)
         try:
             result = task_rerun(task=task)
-        except TaskNotFinal:
+        except TaskNotFinal as refused:
             return Response(
                 {
                     "error": f"The task is still {task.status}; re-run it once it "
                     "has finished.",
                     "task": str(task.pk),
                 },
-                status=status.HTTP_409_CONFLICT,
+                status=http_status(refused),
             )
         return Response(result.as_dict())
 
@@ -81,8 +82,7 @@ class TaskFork(APIView):
                 arguments=data.get("arguments"),
                 model=data.get("model"),
             )
-        except ForkError as exc:
-            return error_response(str(exc), exc.status)
+        # A ForkError answers its kind's status (infra.api.errors).
         except ValueError as exc:  # e.g. the goal no longer fits the message limit
             return error_response(str(exc), status.HTTP_400_BAD_REQUEST)
         return Response({"task": str(fork.pk)}, status=status.HTTP_202_ACCEPTED)

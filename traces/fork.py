@@ -31,6 +31,7 @@ from engine.spec import (
     StepStatus,
     ToolCall,
 )
+from infra.errors import ErrorKind, ServiceError
 from infra.runtime import redactor
 from runs import events as notify
 from runs import journal as run_journal
@@ -40,12 +41,9 @@ from runs import tasks as run_tasks
 from runs.models import Conversation, Step, Task
 
 
-class ForkError(Exception):
-    """A fork that cannot be made; ``status`` is the HTTP status to answer."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+class ForkError(ServiceError):
+    """A fork that cannot be made: an invalid request unless ``kind`` says it is
+    the task's state (a conflict)."""
 
 
 def _check(
@@ -53,11 +51,13 @@ def _check(
 ) -> tuple[list[Step], Step]:
     if task.is_imported:
         raise ForkError(
-            "Imported traces are read-only records; they cannot be forked.", 409
+            "Imported traces are read-only records; they cannot be forked.",
+            ErrorKind.CONFLICT,
         )
     if not task.is_final:
         raise ForkError(
-            f"The task is still {task.status}; fork it once it has finished.", 409
+            f"The task is still {task.status}; fork it once it has finished.",
+            ErrorKind.CONFLICT,
         )
     if isinstance(from_seq, bool) or not isinstance(from_seq, int):
         raise ForkError("from_seq must be the seq of a step (an integer).")
@@ -108,9 +108,10 @@ def task_fork(
 
     The fork lives in a new conversation of ``user``, or in ``conversation`` when
     given (a retry in the run's own conversation: the fork is then its owner's).
-    Raises :class:`ForkError` (400 for a bad request, 409 for a task that is
-    imported or not finished). Edited arguments that fail the tool's schema are
-    refused with 400 rather than handed to the model as a failed call.
+    Raises :class:`ForkError` (invalid for a bad request, a conflict for a task
+    that is imported or not finished). Edited arguments that fail the tool's
+    schema are refused as invalid rather than handed to the model as a failed
+    call.
     """
     steps, target = _check(task, from_seq, arguments, model)
     model_name = (model or "").strip() or task.model

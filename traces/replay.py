@@ -15,6 +15,7 @@ from engine.replay import RecordedRun, RerunResult, policy_decision, rerun
 from engine.routing import ROUTE_KEY, ROUTING_KEY, Routing
 from engine.spec import AgentSnapshot, ToolSpec
 from infra import runtime
+from infra.errors import ErrorKind, ServiceError
 from registry.models import Tool
 from registry.services import spec_for
 from runs.journal import run_history
@@ -37,8 +38,10 @@ __all__ = [
 # -- from the database ----------
 
 
-class TaskNotFinal(Exception):
+class TaskNotFinal(ServiceError):
     """Only a finished run can be re-run or forked."""
+
+    default_kind = ErrorKind.CONFLICT
 
 
 def current_specs(task: Any) -> dict[str, ToolSpec]:

@@ -31,6 +31,7 @@ from engine.spec import (
     StepDetail,
     StepKind,
 )
+from infra.views import template_enum
 from registry.models import Agent
 from runs.models import Message, Step, Task
 from runs.selectors import filter_equal, filter_tainted, visible_task, visible_tasks
@@ -523,6 +524,7 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
                 snapshot.limits.max_cost_usd if snapshot.limits is not None else None
             ),
             "route": route,
+            "route_by": template_enum(RouteBy),
             "price": price,
         },
     )

@@ -1,6 +1,6 @@
 """The agents app hands its models to registry, runs and effects: state only."""
 
-from infra.handover import handoff_migration
+from infra.migration_handover import handoff_migration
 
 Migration = handoff_migration(
     source="agents",

@@ -1,5 +1,5 @@
-"""The audit app takes over its models from the traces app (infra/handover.py)."""
+"""The audit app takes over its models from the traces app (infra/migration_handover.py)."""
 
-from infra.handover import handover_migration
+from infra.migration_handover import handover_migration
 
 Migration = handover_migration(source="traces", owner="audit")

@@ -4,8 +4,25 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
+
+from infra.errors import ErrorKind, ServiceError
+
+#: What each kind of service refusal answers over HTTP: the one place it is said.
+HTTP_STATUS: dict[ErrorKind, int] = {
+    ErrorKind.INVALID: status.HTTP_400_BAD_REQUEST,
+    ErrorKind.FORBIDDEN: status.HTTP_403_FORBIDDEN,
+    ErrorKind.NOT_FOUND: status.HTTP_404_NOT_FOUND,
+    ErrorKind.CONFLICT: status.HTTP_409_CONFLICT,
+    ErrorKind.TOO_MANY: status.HTTP_429_TOO_MANY_REQUESTS,
+}
+
+
+def http_status(error: ServiceError) -> int:
+    """The HTTP status that answers ``error``."""
+    return HTTP_STATUS[error.kind]
 
 
 def _summary(errors: dict[str, Any]) -> str:
@@ -21,8 +38,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """DRF's handler, with a plain ``error`` message beside ``detail``.
 
     Field errors (``{"name": [...]}``) keep their shape and get ``error`` too, so
-    every refusal a client reads carries one message.
+    every refusal a client reads carries one message. A service's refusal
+    (:class:`~infra.errors.ServiceError`) answers its kind's status with its
+    message as ``error`` and ``detail``, beside what else it carries.
     """
+    if isinstance(exc, ServiceError):
+        body = {"error": exc.message, "detail": exc.message, **exc.extra}
+        return Response(body, status=http_status(exc), headers=dict(exc.headers))
     response = drf_handler(exc, context)
     if response is not None and isinstance(response.data, dict):
         detail = response.data.get("detail")

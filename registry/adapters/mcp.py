@@ -150,7 +150,7 @@ class ServerConfig:
     """
 
     name: str
-    transport: str
+    transport: str  # an MCPServer.Transport value
     command: tuple[str, ...] = ()
     url: str = ""
     cwd: str = ""
@@ -174,15 +174,20 @@ class ServerConfig:
         )
 
     @property
+    def over_stdio(self) -> bool:
+        """A command this process starts (else a server reached over HTTP)."""
+        return self.transport == MCPServer.Transport.STDIO
+
+    @property
     def target(self) -> str:
         """What the server is, for messages: its URL or its command line."""
-        if self.transport == "http":
+        if self.transport == MCPServer.Transport.HTTP:
             return self.url
         return " ".join(self.command)
 
     def check(self) -> None:
         """Raise MCPUnavailable when the configuration cannot work at all."""
-        if self.transport == "stdio":
+        if self.over_stdio:
             if not self.command:
                 raise MCPUnavailable(
                     f"MCP server '{self.name}' has no command (an argv list, e.g. "
@@ -194,7 +199,7 @@ class ServerConfig:
                     + ", ".join(self.missing_secrets)
                     + ": add them under Admin → Secrets or set REACH_SECRET_<NAME>."
                 )
-        elif self.transport == "http":
+        elif self.transport == MCPServer.Transport.HTTP:
             if not self.url.startswith(("http://", "https://")):
                 raise MCPUnavailable(
                     f"MCP server '{self.name}' needs an http(s) URL, e.g. "
@@ -218,7 +223,7 @@ async def _open_client(
     from mcp.client.streamable_http import streamable_http_client
 
     config.check()
-    if config.transport == "stdio":
+    if config.over_stdio:
         params = StdioServerParameters(
             command=config.command[0],
             args=list(config.command[1:]),
@@ -277,7 +282,7 @@ def _describe(exc: BaseException) -> str:
 def _unavailable(
     config: ServerConfig, exc: BaseException, stderr_tail: str = ""
 ) -> MCPUnavailable:
-    verb = "could not be started" if config.transport == "stdio" else "is unreachable"
+    verb = "could not be started" if config.over_stdio else "is unreachable"
     message = f"MCP server '{config.name}' {verb}: {_describe(exc)} ({config.target})"
     if stderr_tail:
         message += f"; its last output: {stderr_tail}"
@@ -313,7 +318,7 @@ class _Session:
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
         self.dead = False
-        self.stderr = _StderrTail(config.name) if config.transport == "stdio" else None
+        self.stderr = _StderrTail(config.name) if config.over_stdio else None
         self.task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -510,7 +515,7 @@ def _remote(tool: Any) -> RemoteTool:
 
 
 async def _list_once(config: ServerConfig, timeout_s: float) -> list[RemoteTool]:
-    stderr = _StderrTail(config.name) if config.transport == "stdio" else None
+    stderr = _StderrTail(config.name) if config.over_stdio else None
     errlog = stderr.writer if stderr is not None else None
     tools: list[RemoteTool] = []
     try:

@@ -1,5 +1,5 @@
-"""The registry app takes over its models from the agents app (infra/handover.py)."""
+"""The registry app takes over its models from the agents app (infra/migration_handover.py)."""
 
-from infra.handover import handover_migration
+from infra.migration_handover import handover_migration
 
 Migration = handover_migration(source="agents", owner="registry")

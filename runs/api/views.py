@@ -11,15 +11,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from infra.api.common import error_response, paginate, redacted
+from infra.api.common import paginate, redacted
+from infra.api.errors import http_status
 from infra.api.schema import ErrorSchema
+from infra.errors import ServiceError
 from registry.access import may_use_agent
 from registry.models import Agent
 from runs import selectors
 from runs import services as runs
 from runs.api import schema
 from runs.api.common import own_conversation_or_404, visible_task_or_404
-from runs.budgets import DailyBudgetExceeded
 from runs.payloads import conversation_payload, step_payload, task_payload
 
 
@@ -94,21 +95,11 @@ class ConversationMessages(APIView):
             raise ApiValidationError({"content": ["Send the message text as content."]})
         if not may_use_agent(request.user, conversation.agent):
             raise PermissionDenied(_not_yours(conversation.agent))
+        # A spent daily budget (429) and a read-only conversation (409) answer
+        # their kinds' statuses (infra.api.errors).
         try:
             task = runs.task_start(
                 conversation=conversation, content=content, enforce_budget=True
-            )
-        except DailyBudgetExceeded as refused:
-            message = str(refused)
-            return Response(
-                {
-                    "error": message,
-                    "detail": message,
-                    "budget": refused.status.as_json(),
-                    "resets_at": refused.status.resets_at.isoformat(),
-                },
-                status=status.HTTP_429_TOO_MANY_REQUESTS,
-                headers={"Retry-After": str(refused.status.retry_after_s())},
             )
         except runs.ConversationBusy as busy:
             return Response(
@@ -116,10 +107,10 @@ class ConversationMessages(APIView):
                     "task": str(busy.task.pk),
                     "error": "A task of this conversation is still active.",
                 },
-                status=status.HTTP_409_CONFLICT,
+                status=http_status(busy),
             )
-        except runs.ConversationReadOnly as exc:
-            return error_response(str(exc), status.HTTP_409_CONFLICT)
+        except ServiceError:
+            raise
         except ValueError as exc:
             raise ApiValidationError({"content": [str(exc)]}) from exc
         return Response({"task": str(task.pk)}, status=status.HTTP_202_ACCEPTED)
@@ -171,10 +162,10 @@ class TaskCancel(APIView):
             raise PermissionDenied("Only the task's owner or an admin can cancel it.")
         try:
             task = runs.task_cancel(task=task, user=user)
-        except runs.TaskFinal:
+        except runs.TaskFinal as final:
             return Response(
                 {"error": f"The task is already {task.status}.", "task": str(task.pk)},
-                status=status.HTTP_409_CONFLICT,
+                status=http_status(final),
             )
         task.refresh_from_db()
         return Response(redacted(task_payload(task)), status=status.HTTP_202_ACCEPTED)

@@ -8,8 +8,8 @@ from django import template
 from django.utils import timezone
 
 from engine.pricing import format_usd
+from infra.durations import duration_words
 from infra.runtime import redactor
-from infra.words import span
 from runs.payloads import step_payload
 from runs.step_html import ms as _ms
 from runs.step_html import step_item as _step_item
@@ -73,7 +73,7 @@ def ago(moment: datetime | None) -> str:
     if moment is None:
         return ""
     seconds = max(0, int((timezone.now() - moment).total_seconds()))
-    return f"{span(seconds)} ago" if seconds >= 5 else "just now"
+    return f"{duration_words(seconds)} ago" if seconds >= 5 else "just now"
 
 
 @register.filter
@@ -81,4 +81,4 @@ def left(moment: datetime | None) -> str:
     """Time until ``moment`` (``12 min``); ``0 s`` once it has passed."""
     if moment is None:
         return ""
-    return span(max(0, int((moment - timezone.now()).total_seconds())))
+    return duration_words(max(0, int((moment - timezone.now()).total_seconds())))

@@ -13,7 +13,7 @@ from engine.context import (
     estimate_chars_tokens,
 )
 from engine.loop import Outcome
-from engine.memory import MemoryJournal
+from engine.memory_journal import MemoryJournal
 from engine.spec import Limits, StepKind, StepRecord, StepStatus, StopReason
 from tests.support.engine_doubles import (
     FakeModel,

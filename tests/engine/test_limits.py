@@ -20,7 +20,7 @@ from engine import execution
 from engine.canonical import canonical_hash
 from engine.execution import Executor, RetryableToolError, ToolError
 from engine.loop import Outcome
-from engine.memory import MemoryJournal
+from engine.memory_journal import MemoryJournal
 from engine.spec import (
     ApprovalMode,
     Limits,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.memory import MemoryJournal
+from engine.memory_journal import MemoryJournal
 from engine.replay import RecordedRun, rerun
 from engine.spec import ApprovalMode, Limits, Risk, StepStatus
 from tests.support.engine_doubles import (

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from engine.spec import AgentSnapshot
-from gateway.model import GATEWAY_KEY, GatewayCall, GatewayModel, gateway_model
+from gateway.model_client import GATEWAY_KEY, GatewayCall, GatewayModel, gateway_model
 from gateway.server import wait_for_outcome
 from gateway.services import gateway_call_start
 from tests.support.cast import EMAIL

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.execution import Executor
 from engine.loop import Engine
-from engine.memory import MemoryJournal
+from engine.memory_journal import MemoryJournal
 from engine.model_client import ModelError, ModelReply, parse_message
 from engine.spec import (
     Attempt,

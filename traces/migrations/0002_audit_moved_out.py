@@ -1,5 +1,5 @@
 """The traces app hands the audit log to the audit app: state only."""
 
-from infra.handover import handoff_migration
+from infra.migration_handover import handoff_migration
 
 Migration = handoff_migration(source="traces", after=(("audit", "0001_initial"),))

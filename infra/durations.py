@@ -8,7 +8,7 @@ in the browser and a wait named in an error message read alike.
 from __future__ import annotations
 
 
-def span(seconds: int) -> str:
+def duration_words(seconds: int) -> str:
     """``40 s``, ``12 min``, ``3 h 5 min``, ``2 days``."""
     if seconds < 60:
         return f"{seconds} s"

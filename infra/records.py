@@ -1,38 +1,13 @@
-"""What the apps' models share: field definitions several tables use, and reading
-an engine dataclass off a row.
-
-Each factory returns a new field exactly as the tables declared it before, so
-using one changes no schema (no migration).
-"""
+"""An engine dataclass read off a model row (a tool's spec, a step's record)."""
 
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.db import models
 
 _Record = TypeVar("_Record")
-
-
-def uuid_id() -> models.UUIDField[Any, Any]:
-    """A random UUID primary key: ids that can be shown in URLs and guessed by no
-    one."""
-    return models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-
-
-def optional_user(*, related_name: str | None = None) -> models.ForeignKey[Any, Any]:
-    """The person who did something (wrote, changed, decided), if any: deleting
-    the user keeps the row and forgets only who it was."""
-    return models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.SET_NULL,
-        related_name=related_name,
-    )
 
 
 def record_of(row: models.Model, cls: type[_Record], **converted: Any) -> _Record:
