@@ -10,8 +10,8 @@ class EffectsConfig(AppConfig):
     def ready(self) -> None:
         # The built-in tools register their handlers with the registry on import.
         from effects import builtins  # noqa: F401
-        from effects.services import mail_queue
-        from runs import ports
+        from effects.services import queue_email
+        from infra import mail
 
         # The outbox that approvals mails approvers through.
-        ports.mail.fill(ports.MailPort(queue=mail_queue))
+        mail.outbox.fill(queue_email)

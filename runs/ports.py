@@ -47,27 +47,6 @@ class ApprovalPort:
 approvals = Slot[ApprovalPort]("approval service", filled_by="approvals")
 
 
-# -- mail ------------------------------------------------------------------------
-
-
-class QueueMail(Protocol):
-    def __call__(self, *, key: str, to: str, subject: str, body: str) -> object:
-        """Queue one mail inside the caller's transaction; the dispatcher sends it
-        after commit (once per ``key``)."""
-
-
-@dataclass
-class MailPort:
-    #: ``effects.services.mail_queue``
-    queue: QueueMail
-
-
-#: Approvals mails approvers through the effects outbox; the two apps are siblings
-#: that may not import each other. Filled by ``effects`` (``EffectsConfig.ready``,
-#: effects/apps.py); required.
-mail = Slot[MailPort]("mail outbox", filled_by="effects")
-
-
 # -- the model of a run ----------------------------------------------------------
 
 
