@@ -90,6 +90,27 @@ def _no_memory(*, task: Task) -> StepRecord | None:
 memory_for = Slot[MemoryFor]("memory note", filled_by="memory", default=_no_memory)
 
 
+# -- pages of higher apps that runs' templates link to ----------------------------
+
+
+class PageUrl(Protocol):
+    def __call__(self, key: Any, /) -> str:
+        """The path of the page of ``key`` (a task's or a report's id)."""
+
+
+#: The path of a task's trace page. Filled by ``traces`` (``TracesConfig.ready``,
+#: traces/apps.py) with ``traces.links.trace_url``; required. Templates of
+#: ``runs`` and the apps above it link to it through the ``trace_url`` filter of
+#: the ``reach`` tag library, never by the route's name.
+trace_url = Slot[PageUrl]("trace page", filled_by="traces")
+
+#: The path of an evaluation report's page (``Task.eval_case["report"]``). Filled
+#: by ``evals`` (``EvalsConfig.ready``, evals/apps.py) with
+#: ``evals.links.report_url``; required. Linked through the ``eval_report_url``
+#: filter of the ``reach`` tag library.
+eval_report_url = Slot[PageUrl]("evaluation report page", filled_by="evals")
+
+
 # -- notifications ---------------------------------------------------------------
 
 #: Sent with ``sender=Task, task=task`` when ``task`` reached its final status,

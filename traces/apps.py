@@ -9,7 +9,10 @@ class TracesConfig(AppConfig):
 
     def ready(self) -> None:
         from runs import ports
+        from traces.links import trace_url
         from traces.otel import on_task_finished
 
         # Finished runs go out over OpenTelemetry.
         ports.task_finished.connect(on_task_finished, dispatch_uid="reach-otel-export")
+        # Lower apps' pages link to a task's trace.
+        ports.trace_url.fill(trace_url)
