@@ -6,3 +6,16 @@ from django.apps import AppConfig
 class ApprovalsConfig(AppConfig):
     name = "approvals"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Imported here, once every model is loaded (as every app's ``ready``).
+        from approvals.services import approval_create, approvals_cancel_for_task
+        from runs import ports
+
+        # A parked call opens its approval request, a cancelled run withdraws its
+        # pending ones.
+        ports.approvals.fill(
+            ports.ApprovalPort(
+                open=approval_create, cancel_for_task=approvals_cancel_for_task
+            )
+        )

@@ -38,9 +38,9 @@ from engine.spec import (
     StepStatus,
     ToolSpec,
 )
+from infra import mail
 from infra.errors import ErrorKind, ServiceError
 from infra.runtime import redactor
-from runs import ports
 from runs import steps as run_steps
 from runs import tasks as run_tasks
 from runs.models import Step, Task
@@ -162,11 +162,12 @@ def _email_approvers(approval: ApprovalRequest) -> None:
         f"{settings.REACH_PUBLIC_URL.rstrip('/')}/approvals/\n"
     )
     for user in approvers:
-        ports.mail().queue(
+        mail.outbox()(
             key=f"approval:{approval.pk}:{user.pk}",
             to=user.email,
             subject=subject,
             body=body,
+            dispatch_after_commit=True,
         )
 
 

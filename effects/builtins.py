@@ -8,7 +8,7 @@ from django.db.models import Q
 
 from effects import search
 from effects.dispatch import outbox_dispatch
-from effects.models import Note, Ticket
+from effects.models import MailReport, Note, Ticket
 from effects.services import effect_once, queue_email
 from engine.execution import ToolError
 from engine.formats import is_email
@@ -80,16 +80,22 @@ def send_email(arguments: dict[str, Any], context: CallContext) -> dict[str, Any
         raise ToolError(
             f"to: one email address, e.g. ops@example.com (got {arguments['to']!r})."
         )
-    result = effect_once(
-        context=context,
-        arguments=arguments,
-        effect=lambda: queue_email(
+
+    def effect() -> dict[str, Any]:
+        # Dispatched right below, once the ledger's transaction has committed.
+        row = queue_email(
             key=context.idempotency_key,
             to=str(arguments["to"]),
             subject=str(arguments["subject"]),
             body=str(arguments["body"]),
-        ),
-    )
+        )
+        return {
+            "status": MailReport.QUEUED.value,
+            "to": row.to,
+            "message_id": row.message_id,
+        }
+
+    result = effect_once(context=context, arguments=arguments, effect=effect)
     sent = outbox_dispatch(key=context.idempotency_key)
     if sent is not None:
         result = {**result, "status": sent}

@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.conf import settings
-from django.core.mail import EmailMessage
 from django.db.models import Q
 from django.utils import timezone
 
 from effects.models import MailReport, Outbox
+from infra import mail
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +37,13 @@ def outbox_dispatch(*, key: str | None = None, limit: int = 50) -> str | None:
         )
         if not claimed:
             continue
-        message = EmailMessage(
-            subject=row.subject,
-            body=row.body,
-            from_email=settings.DEFAULT_FROM_EMAIL,
-            to=[row.to],
-            headers={"Message-ID": row.message_id},
-        )
         try:
-            message.send(fail_silently=False)
+            mail.send(
+                to=row.to,
+                subject=row.subject,
+                body=row.body,
+                message_id=row.message_id,
+            )
         except Exception as exc:  # noqa: BLE001 - retried by the beat dispatcher
             log.warning("sending %s failed: %s", row.message_id, exc)
             Outbox.objects.filter(pk=row.pk).update(

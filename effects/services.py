@@ -3,13 +3,13 @@
 A write and its ledger row commit in one transaction; a second execution with
 the same key returns the stored result and does nothing. Mail cannot join a
 database transaction, so ``send_email`` writes an outbox row in the ledger's
-transaction and the dispatcher (:mod:`effects.dispatch`) sends it with a
+transaction (:func:`queue_email`, the outbox's one writer, which also fills
+``infra.mail.outbox``) and the dispatcher (:mod:`effects.dispatch`) sends it with a
 ``Message-ID`` derived from the key.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -17,10 +17,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from effects import tasks as effect_tasks
-from effects.models import MailReport, Outbox, ToolExecution
+from effects.models import Outbox, ToolExecution
 from engine.canonical import canonical_hash
 from engine.execution import ToolError
 from engine.spec import CallContext
+from infra.mail import message_id_for
 
 log = logging.getLogger(__name__)
 
@@ -65,45 +66,35 @@ def _replay(done: ToolExecution, args_hash: str) -> dict[str, Any]:
     return {**(done.result or {}), "deduplicated": True}
 
 
-def message_id_for(key: str) -> str:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:40]
-    return f"<{digest}@agent-reach>"
+def queue_email(
+    *,
+    key: str,
+    to: str,
+    subject: str,
+    body: str,
+    dispatch_after_commit: bool = False,
+) -> Outbox:
+    """Queue one mail in the outbox, inside the caller's transaction: the outbox's
+    one writer (``send_email``'s effect, and ``infra.mail.outbox`` for the others).
 
-
-def queue_email(*, key: str, to: str, subject: str, body: str) -> dict[str, Any]:
-    row = Outbox.objects.create(
-        idempotency_key=key,
-        message_id=message_id_for(key),
-        to=to,
-        subject=subject,
-        body=body,
-    )
-    return {
-        "status": MailReport.QUEUED.value,
-        "to": row.to,
-        "message_id": row.message_id,
-    }
-
-
-def mail_queue(*, key: str, to: str, subject: str, body: str) -> Outbox:
-    """Queue a notification mail (approvals' port, runs/ports.py).
-
-    Write the outbox row inside the caller's transaction and hand the send to the
-    dispatcher once it commits: the caller (a worker holding a task's lock) never
-    waits on a mail server, nothing is sent for a transaction that rolls back, and
-    a mail whose enqueue is lost is sent by the beat dispatcher. Queuing one key
-    twice is a no-op.
+    Nothing is sent for a transaction that rolls back, and the caller never waits
+    on a mail server. With ``dispatch_after_commit`` the send is handed to the
+    dispatcher once the transaction commits (approvals' notices: the caller is a
+    worker holding a task's lock); a mail whose enqueue is lost is sent by the beat
+    dispatcher. Without it the caller dispatches the mail itself (``send_email``,
+    right after its ledger commits), or the beat does. Queuing one key twice is a
+    no-op: the second call returns the first's row.
     """
     row, created = Outbox.objects.get_or_create(
         idempotency_key=key,
         defaults={
             "message_id": message_id_for(key),
             "to": to,
-            "subject": subject[:500],
+            "subject": subject,
             "body": body,
         },
     )
-    if created:
+    if created and dispatch_after_commit:
         transaction.on_commit(lambda: _enqueue_dispatch(key))
     return row
 

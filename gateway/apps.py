@@ -5,3 +5,11 @@ class GatewayConfig(AppConfig):
     name = "gateway"
     verbose_name = "MCP gateway"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from gateway.model_client import gateway_model
+        from runs import ports
+
+        # The worker builds every run's engine: a gateway run gets the one-call
+        # model instead of the configured endpoint.
+        ports.model_for.fill(gateway_model)

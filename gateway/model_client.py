@@ -107,6 +107,6 @@ class GatewayModel:
 
 
 def gateway_model(*, snapshot: AgentSnapshot) -> ModelClient | None:
-    """The runs.ports model provider: a gateway run's client, else None."""
+    """The provider of ``runs.ports.model_for``: a gateway run's client, else None."""
     call = GatewayCall.from_json(snapshot.extra.get(GATEWAY_KEY))
     return GatewayModel(call) if call is not None else None

@@ -21,6 +21,7 @@ from engine.execution import Executor
 from engine.model_client import ModelError, OpenAIModelClient
 from engine.redaction import Redactor
 from engine.spec import ErrorClass
+from infra.slots import Slot
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -141,15 +142,16 @@ def configured_secrets() -> dict[str, str]:
     return values
 
 
-#: Where the redactor learns stored secret values: the registry plugs its secret
-#: store in from ``registry/plugs.py`` (infra sits below every app).
-_secret_stores: list[Callable[[], Mapping[str, str]]] = []
+def _no_store() -> Mapping[str, str]:
+    return {}
 
 
-def plug_secret_store(source: Callable[[], Mapping[str, str]]) -> None:
-    """Teach the redactor another store of secret values (idempotent)."""
-    if source not in _secret_stores:
-        _secret_stores.append(source)
+#: Where the redactor learns stored secret values (infra sits below every app).
+#: Filled by ``registry`` (``RegistryConfig.ready``, registry/apps.py) with
+#: ``registry.secrets.secret_values``; unfilled, no value is stored ({}).
+secret_store = Slot[Callable[[], Mapping[str, str]]](
+    "secret store", filled_by="registry", default=_no_store
+)
 
 
 def _stored_secrets() -> Mapping[str, str]:
@@ -158,8 +160,7 @@ def _stored_secrets() -> Mapping[str, str]:
     had_connection = connection.connection is not None
     values: dict[str, str] = {}
     try:
-        for source in _secret_stores:
-            values.update(source())
+        values.update(secret_store()())
     except Exception:  # noqa: BLE001 - the database may not be ready yet
         return {}
     finally:

@@ -237,7 +237,7 @@ def item_brief(item: MemoryItem) -> dict[str, Any]:
     return brief
 
 
-# -- the run's memory note (runs/ports.py) -----------------------------------------
+# -- the run's memory note (runs.ports.memory_for) ---------------------------------
 
 
 def memory_note(*, task: Task) -> StepRecord | None:

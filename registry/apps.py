@@ -1,8 +1,22 @@
 from __future__ import annotations
 
+import importlib
+
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class RegistryConfig(AppConfig):
     name = "registry"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from infra import runtime
+        from registry.secrets import secret_values
+
+        # The secret store the redactor reads.
+        runtime.secret_store.fill(secret_values)
+        # The operator's extra tool modules, whose handlers register themselves
+        # on import.
+        for module in getattr(settings, "REACH_EXTRA_TOOL_MODULES", []):
+            importlib.import_module(module)

@@ -1,4 +1,11 @@
-"""Python tool handlers registered in code, by name (never an import path)."""
+"""Python tool handlers registered in code, by name (never an import path).
+
+A table of name -> function, filled by whichever module defines a handler (the
+built-in tools of ``effects`` and ``memory``, the operator's
+``REACH_EXTRA_TOOL_MODULES``) when it is imported: data that a tool's definition
+names, not a port. Where a lower layer needs one provider from a higher app it
+reads a slot (infra/slots.py); where many apps listen, a signal (runs/ports.py).
+"""
 
 from __future__ import annotations
 

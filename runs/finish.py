@@ -2,9 +2,9 @@
 
 :func:`_finish_task` sets the final fields of a stopped task, adds the
 assistant's reply (:func:`message_add`, which also records the user's goal when a
-task starts), audits it and tells the ports. Both the lifecycle services
-(:mod:`runs.services`, a cancel) and the journal (:mod:`runs.journal`, a run's
-end) finish tasks through it.
+task starts), audits it and sends ``runs.ports.task_finished``. Both the lifecycle
+services (:mod:`runs.services`, a cancel) and the journal (:mod:`runs.journal`, a
+run's end) finish tasks through it.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def _finish_task(
             data={"cost_usd": task.cost_usd, "max_cost_usd": _max_cost_of(task)},
         )
     counters.count_task_finished_on_commit(task)
-    ports.task_finished(task=task)
+    ports.task_finished.send(sender=Task, task=task)
 
 
 def _max_cost_of(task: Task) -> float | None:

@@ -1,59 +1,25 @@
-"""Where higher apps plug into a run (docs/design.md "Layout": lower layers never
+"""Where higher apps attach to a run (docs/design.md "Layout": lower layers never
 import higher ones).
 
-A run parks a call by opening an approval request, and a cancelled run withdraws
-its pending requests; both belong to ``approvals``, which sits above ``runs``. The
-approvals app plugs its services in here from its ``plugs`` module (imported by
-``reach_site``'s ``AppConfig.ready`` once the models are loaded, as every app's
-is); this is the only place ``runs`` reaches up, and it does so through these
-typed slots.
-
-Approvals mails approvers through the effects outbox; the two apps are siblings
-that may not import each other, so ``effects`` plugs its mail queue in here too.
-
-A finished task is announced to whoever listens (``traces`` exports it over
-OpenTelemetry); unlike the two slots above, no listener at all is fine.
-
-A run may start with what is remembered for its user (``memory`` plugs in the
-note that carries it); with nothing plugged a run starts with its message alone.
-
-A run whose model is not the configured endpoint (the MCP gateway's one-call
-runs, answered by a deterministic client) gets its client from a plugged
-provider; with none plugged every run talks to the endpoint.
+Two mechanisms, nothing else: a :class:`~infra.slots.Slot` for a single provider,
+filled by the app named at its declaration in that app's ``AppConfig.ready``; and
+a Django signal for a notification any number of apps may listen to, connected in
+each listener app's ``ready``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
-from django.core.exceptions import ImproperlyConfigured
+from django.dispatch import Signal
 
 from engine.model_client import ModelClient
 from engine.spec import AgentSnapshot, StepRecord
+from infra.slots import Slot
 from runs.models import Step, Task
 
-_Port = TypeVar("_Port")
-
-
-class _Required(Generic[_Port]):
-    """A slot that a run cannot do without: reading it before the app that fills
-    it was loaded names that app."""
-
-    def __init__(self, what: str, app: str) -> None:
-        self._what = what
-        self._app = app
-        self._port: _Port | None = None
-
-    def plug(self, port: _Port) -> None:
-        self._port = port
-
-    def get(self) -> _Port:
-        if self._port is None:
-            raise ImproperlyConfigured(
-                f"No {self._what} is plugged in: add '{self._app}' to INSTALLED_APPS."
-            )
-        return self._port
+# -- approvals -------------------------------------------------------------------
 
 
 class OpenApproval(Protocol):
@@ -69,50 +35,19 @@ class CancelApprovals(Protocol):
 
 @dataclass
 class ApprovalPort:
+    #: ``approvals.services.approval_create``
     open: OpenApproval
+    #: ``approvals.services.approvals_cancel_for_task``
     cancel_for_task: CancelApprovals
 
 
-_approvals = _Required[ApprovalPort]("approval service", "approvals")
-plug_approvals = _approvals.plug
-approvals = _approvals.get
+#: A run parks a call by opening an approval request, and a cancelled run withdraws
+#: its pending requests. Filled by ``approvals`` (``ApprovalsConfig.ready``,
+#: approvals/apps.py) with ``approvals.services``' two services; required.
+approvals = Slot[ApprovalPort]("approval service", filled_by="approvals")
 
 
-class QueueMail(Protocol):
-    def __call__(self, *, key: str, to: str, subject: str, body: str) -> object:
-        """Queue one mail inside the caller's transaction; the dispatcher sends it
-        after commit (once per ``key``)."""
-
-
-@dataclass
-class MailPort:
-    queue: QueueMail
-
-
-_mail = _Required[MailPort]("mail outbox", "effects")
-plug_mail = _mail.plug
-mail = _mail.get
-
-
-class TaskFinished(Protocol):
-    def __call__(self, *, task: Task) -> None:
-        """``task`` reached its final status inside the caller's transaction: defer
-        anything slow, or anything that must see the commit, to ``on_commit``."""
-
-
-_task_finished: list[TaskFinished] = []
-
-
-def plug_task_finished(listener: TaskFinished) -> None:
-    # A plugs module may be imported again (a test reloading it): plug once.
-    if listener not in _task_finished:
-        _task_finished.append(listener)
-
-
-def task_finished(*, task: Task) -> None:
-    """Tell every plugged listener that ``task`` is final."""
-    for listener in tuple(_task_finished):
-        listener(task=task)
+# -- the model of a run ----------------------------------------------------------
 
 
 class ModelFor(Protocol):
@@ -121,22 +56,21 @@ class ModelFor(Protocol):
         provider does not answer for it (the configured endpoint does)."""
 
 
-_model_providers: list[ModelFor] = []
-
-
-def plug_model(provider: ModelFor) -> None:
-    """Let a higher app answer some runs' model calls itself (the MCP gateway's
-    deterministic one-call runs), so its runs go through the same engine."""
-    if provider not in _model_providers:
-        _model_providers.append(provider)
-
-
-def model_for(*, snapshot: AgentSnapshot) -> ModelClient | None:
-    for provider in tuple(_model_providers):
-        client = provider(snapshot=snapshot)
-        if client is not None:
-            return client
+def _endpoint_only(*, snapshot: AgentSnapshot) -> ModelClient | None:
     return None
+
+
+#: A run whose model is not the configured endpoint (the MCP gateway's one-call
+#: runs, answered by a deterministic client) gets its client here, so it goes
+#: through the same engine. Filled by ``gateway`` (``GatewayConfig.ready``,
+#: gateway/apps.py) with ``gateway.model_client.gateway_model``; unfilled, every run talks
+#: to the endpoint (None).
+model_for = Slot[ModelFor](
+    "model provider", filled_by="gateway", default=_endpoint_only
+)
+
+
+# -- what is remembered ----------------------------------------------------------
 
 
 class MemoryFor(Protocol):
@@ -146,14 +80,42 @@ class MemoryFor(Protocol):
         ``tainted_by``), or None when the run gets none."""
 
 
-_memory: MemoryFor | None = None
+def _no_memory(*, task: Task) -> StepRecord | None:
+    return None
 
 
-def plug_memory(provider: MemoryFor) -> None:
-    """Let the memory app give each new run what is remembered for it."""
-    global _memory
-    _memory = provider
+#: A run may start with what is remembered for its user. Filled by ``memory``
+#: (``MemoryConfig.ready``, memory/apps.py) with ``memory.services.memory_note``;
+#: unfilled, a run starts with its message alone (None).
+memory_for = Slot[MemoryFor]("memory note", filled_by="memory", default=_no_memory)
 
 
-def memory_for(*, task: Task) -> StepRecord | None:
-    return _memory(task=task) if _memory is not None else None
+# -- pages of higher apps that runs' templates link to ----------------------------
+
+
+class PageUrl(Protocol):
+    def __call__(self, key: Any, /) -> str:
+        """The path of the page of ``key`` (a task's or a report's id)."""
+
+
+#: The path of a task's trace page. Filled by ``traces`` (``TracesConfig.ready``,
+#: traces/apps.py) with ``traces.links.trace_url``; required. Templates of
+#: ``runs`` and the apps above it link to it through the ``trace_url`` filter of
+#: the ``reach`` tag library, never by the route's name.
+trace_url = Slot[PageUrl]("trace page", filled_by="traces")
+
+#: The path of an evaluation report's page (``Task.eval_case["report"]``). Filled
+#: by ``evals`` (``EvalsConfig.ready``, evals/apps.py) with
+#: ``evals.links.report_url``; required. Linked through the ``eval_report_url``
+#: filter of the ``reach`` tag library.
+eval_report_url = Slot[PageUrl]("evaluation report page", filled_by="evals")
+
+
+# -- notifications ---------------------------------------------------------------
+
+#: Sent with ``sender=Task, task=task`` when ``task`` reached its final status,
+#: inside the caller's transaction: a receiver defers anything slow, or anything
+#: that must see the commit, to ``on_commit``. No receiver at all is fine.
+#: Connected by ``traces`` (``TracesConfig.ready``, traces/apps.py:
+#: ``traces.otel.on_task_finished`` exports the run over OpenTelemetry).
+task_finished = Signal()

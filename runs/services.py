@@ -207,7 +207,7 @@ def task_start(
             updated_at=now,
         )
         message_add(task=task, role=Message.Role.USER, content=content, at=now)
-        memory = ports.memory_for(task=task) if parent is None else None
+        memory = ports.memory_for()(task=task) if parent is None else None
         if memory is not None:
             # What is remembered goes first, as a step; a tainted item taints the
             # run from its start (as taint inherited from earlier turns does).

@@ -138,8 +138,8 @@ def build_engine(task: Task) -> Engine:
     if (case := EvalCase.from_json(task.eval_case)) is not None:
         # An evaluation changes nothing: writes answer with the case's stand-ins.
         toolbox = eval_toolbox(toolbox, case)
-    # A plugged provider answers some runs itself (the MCP gateway's one-call runs).
-    client: ModelClient | None = ports.model_for(snapshot=snapshot)
+    # The slot's provider answers some runs itself (the MCP gateway's one-call runs).
+    client: ModelClient | None = ports.model_for()(snapshot=snapshot)
     routing: Routing | None = None
     if client is None and ROUTE_KEY not in snapshot.extra:
         # No rule chose when it started: its first step asks the model.

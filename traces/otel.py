@@ -687,8 +687,9 @@ def shutdown(timeout_s: float = 30.0) -> None:
         current.close(timeout_s)
 
 
-def on_task_finished(*, task: Task) -> None:
-    """The ``runs`` port: after commit, export ``task`` off the run's thread."""
+def on_task_finished(sender: object, *, task: Task, **_: Any) -> None:
+    """Receiver of ``runs.ports.task_finished``: after commit, export ``task`` off
+    the run's thread."""
     if not settings.REACH_OTEL_ENABLED:
         return
     task_id = task.pk

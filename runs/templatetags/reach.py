@@ -10,6 +10,7 @@ from django.utils import timezone
 from engine.pricing import format_usd
 from infra.durations import duration_words
 from infra.runtime import redactor
+from runs import ports
 from runs.payloads import step_payload
 from runs.step_html import ms as _ms
 from runs.step_html import step_item as _step_item
@@ -82,3 +83,20 @@ def left(moment: datetime | None) -> str:
     if moment is None:
         return ""
     return duration_words(max(0, int((moment - timezone.now()).total_seconds())))
+
+
+# Pages of higher apps: a template links to them through these filters, never by a
+# route's name (the slots in runs/ports.py name the apps that fill them).
+
+
+@register.filter
+def trace_url(task_id: Any) -> str:
+    """The path of a task's trace page: ``{{ task.pk|trace_url }}``."""
+    return ports.trace_url()(task_id)
+
+
+@register.filter
+def eval_report_url(report_id: Any) -> str:
+    """The path of an evaluation report's page:
+    ``{{ task.eval_case.report|eval_report_url }}``."""
+    return ports.eval_report_url()(report_id)

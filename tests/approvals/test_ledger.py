@@ -11,9 +11,9 @@ from django.core import mail
 from django.db import connection
 
 from effects.models import Outbox, Ticket, ToolExecution
-from effects.services import message_id_for
 from engine.execution import ToolError
 from engine.spec import CallContext
+from infra.mail import message_id_for
 from registry.services import agent_snapshot, toolbox_for_snapshot
 from tests.support.cast import EMAIL, TICKET
 
