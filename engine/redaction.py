@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _PATTERNS: list[tuple[str, re.Pattern[str], str]] = [
@@ -133,10 +133,3 @@ class Redactor:
         if isinstance(value, (list, tuple)):
             return [self.data(item) for item in value]
         return value
-
-    def contains_secret(self, text: str) -> bool:
-        return self.text(text) != text
-
-
-def known_values(values: Iterable[tuple[str, str]]) -> dict[str, str]:
-    return {name: value for name, value in values if value}

@@ -293,8 +293,3 @@ def recorded_route(steps: Iterable[StepRecord]) -> Route | None:
         if step.kind is StepKind.MODEL_CALL and DetailKey.ROUTE in step.detail:
             return Route.from_json(step.detail[DetailKey.ROUTE]) or Routing.general()
     return None
-
-
-def is_routing_step(step: StepRecord) -> bool:
-    """The routing call's model_call step (no turn of the conversation)."""
-    return step.kind is StepKind.MODEL_CALL and DetailKey.ROUTE in step.detail

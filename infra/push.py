@@ -13,7 +13,6 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any
 
@@ -61,10 +60,6 @@ class _Pusher:
             if self._tails.get(group) is current:
                 del self._tails[group]
 
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 5) -> Any:
-        loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
-
 
 _pusher = _Pusher()
 
@@ -72,11 +67,6 @@ _pusher = _Pusher()
 def push(group: str, message: dict[str, Any]) -> Future[Any]:
     """Send ``message`` to ``group`` without waiting (in order per group)."""
     return _pusher.submit(group, message)
-
-
-def run_on_push_loop(coro: Coroutine[Any, Any, Any], timeout: float = 5) -> Any:
-    """Run a coroutine on the long-lived loop and wait for its result."""
-    return _pusher.run(coro, timeout)
 
 
 def task_group(task_id: object) -> str:

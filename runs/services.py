@@ -272,10 +272,6 @@ def task_cancel(*, task: Task, user: Any) -> Task:
     return task
 
 
-def outcome_is_final(task: Task) -> bool:
-    return task.status in FINAL_TASK_STATUSES
-
-
 __all__ = [
     "ConversationBusy",
     "ConversationReadOnly",

@@ -299,16 +299,6 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(item)
 
 
-def template_secrets(settings: HttpSettings) -> list[str]:
-    """Names of the secrets the header templates reference."""
-    names: list[str] = []
-    for template in settings.headers.values():
-        for match in TOKEN.finditer(template):
-            if match.group(1) and match.group(1) not in names:
-                names.append(match.group(1))
-    return names
-
-
 # -- templates ----------------------------------------------------------------------
 
 
