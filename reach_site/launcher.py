@@ -8,8 +8,9 @@ order, each in its own process group:
    free loopback port, no persistence (skipped when ``REDIS_URL`` is set);
 2. ``model`` - the local model server (skipped when ``OPENAI_BASE_URL`` is set or
    with ``--no-model``; installed first when missing);
-3. ``web`` - daphne serving ``reach_site.asgi:application``;
-   ``REACH_WEB_SERVER=uvicorn`` or ``granian`` runs another (:func:`web_argv`);
+3. ``web`` - uvicorn (uvloop, httptools, websockets) serving
+   ``reach_site.asgi:application``; ``REACH_WEB_SERVER=daphne`` or ``granian``
+   runs another (:func:`web_argv`);
 4. ``worker`` - a Celery worker (threads pool) on the ``reach`` queue;
 5. ``beat`` - Celery beat (reapers, expiry).
 
@@ -93,8 +94,8 @@ class StopRequested(Exception):
 #: The ASGI application the web process serves.
 ASGI_APP = "reach_site.asgi:application"
 #: The web servers ``REACH_WEB_SERVER`` may name; the default runs when it is unset.
-WEB_SERVERS = ("daphne", "uvicorn", "granian")
-DEFAULT_WEB_SERVER = "daphne"
+WEB_SERVERS = ("uvicorn", "daphne", "granian")
+DEFAULT_WEB_SERVER = "uvicorn"
 #: Seconds a stopping web server gives open responses (an event stream, a socket)
 #: before it closes them; under the supervisor's own STOP_TIMEOUT_S.
 WEB_GRACE_S = 3

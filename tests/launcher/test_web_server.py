@@ -12,11 +12,11 @@ from reach_site import launcher
 from tests.support.stack import Stack
 
 
-def test_daphne_is_the_default_and_reach_web_server_picks_another() -> None:
-    assert launcher.web_server({}) == "daphne"
-    assert launcher.web_server({"REACH_WEB_SERVER": " Uvicorn "}) == "uvicorn"
+def test_uvicorn_is_the_default_and_reach_web_server_picks_another() -> None:
+    assert launcher.web_server({}) == "uvicorn"
+    assert launcher.web_server({"REACH_WEB_SERVER": " Daphne "}) == "daphne"
     assert launcher.web_server({"REACH_WEB_SERVER": "granian"}) == "granian"
-    with pytest.raises(launcher.LaunchError, match="not one of daphne, uvicorn"):
+    with pytest.raises(launcher.LaunchError, match="not one of uvicorn, daphne"):
         launcher.web_server({"REACH_WEB_SERVER": "gunicorn"})
 
 
