@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import tomllib
 from collections.abc import Iterator
@@ -236,7 +237,7 @@ async def consumer_calls(
     assert consumer.cursor == int(pushed[-1]["rev"])
     assert meter.counts.sql == 0
     steps = [
-        frame["text"] for frame in sent if frame["text"].startswith('{"type": "step"')
+        frame["text"] for frame in sent if json.loads(frame["text"])["type"] == "step"
     ]
     assert steps and all(('"html"' in step) is html for step in steps)
     return {"function_calls": calls[0], "frames": len(sent), "sql": meter.counts.sql}
