@@ -46,7 +46,7 @@ from typing import IO, Any
 from bench.peers import run_bench
 from bench.profile_summary import summarise_profile
 from infra.processes import spawn
-from reach_site.launcher import is_ours
+from reach_site.launcher import is_ours, web_server
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS_DIR = ROOT / "bench" / "peers"
@@ -189,15 +189,41 @@ class Product:
         self.process = None
 
 
+def children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (a web server's worker process)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def serving_pid(pid: int) -> int:
+    """The process that runs the app: ``pid``'s only child when it has one (granian's
+    worker), else ``pid`` itself (daphne, uvicorn)."""
+    kids = children(pid)
+    return kids[0] if len(kids) == 1 else pid
+
+
 def rss_mb(pid: int) -> float:
-    """The resident set of ``pid`` in MB (``VmRSS``), NaN when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return float("nan")
+    """The resident set of ``pid`` and its children in MB (``VmRSS``), NaN when it
+    is gone."""
+    total = float("nan")
+    for each in (pid, *children(pid)):
+        try:
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    value = int(line.split()[1]) / 1024
+                    total = value if total != total else total + value
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
 
 
 #: The processes of the idle stack (the launcher supervises; it is not counted).
@@ -229,6 +255,15 @@ def process_cpu(pid: int) -> float:
     """utime + stime of ``pid`` (all its threads), in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """:func:`process_cpu` of ``pid`` and its children (granian's worker), seconds."""
+    total = process_cpu(pid)
+    for child in children(pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += process_cpu(child)
+    return total
 
 
 def product_env(var_dir: Path, port: int, model_url: str) -> dict[str, str]:
@@ -482,7 +517,8 @@ def report(
     lines = [
         "# `make bench`: Agent Reach beside other agent loops, per step",
         "",
-        f"{time.strftime('%Y-%m-%d %H:%M')}, {git_state()}, {os.cpu_count()} cores, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, {git_state()}, web server "
+        f"{web_server(os.environ)} (`REACH_WEB_SERVER`), {os.cpu_count()} cores, "
         "load average "
         f"{loads[0]:.2f} before / {loads[1]:.2f} after, "
         f"{(time.time() - started) / 60:.1f} min. Task: one question, S={args.steps} "
@@ -721,8 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes: list[str] = []
     if missing:
         notes.append(
-            f"{missing}: only the platform and the raw loop ran, on the product's "
-            "venv (its fake server runs uvicorn without uvloop/httptools)."
+            f"{missing}: only the platform and the raw loop ran, on the product's venv."
         )
         default_seq = default_conc = BARE_PEERS
         log("NOTE: " + notes[-1])
@@ -761,7 +796,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for name in PROFILED:
                         path = out_dir / f"{name}.pyspy.txt"
                         profilers[name] = Profiler(path, args.profile_args.split())
-                        profilers[name].start(product.pids()[name])
+                        profilers[name].start(serving_pid(product.pids()[name]))
                 try:
                     seq = run_phase(
                         python,

@@ -8,7 +8,9 @@ order, each in its own process group:
    free loopback port, no persistence (skipped when ``REDIS_URL`` is set);
 2. ``model`` - the local model server (skipped when ``OPENAI_BASE_URL`` is set or
    with ``--no-model``; installed first when missing);
-3. ``web`` - daphne serving ``reach_site.asgi:application``;
+3. ``web`` - uvicorn (uvloop, httptools, websockets) serving
+   ``reach_site.asgi:application``; ``REACH_WEB_SERVER=daphne`` or ``granian``
+   runs another (:func:`web_argv`);
 4. ``worker`` - a Celery worker (threads pool) on the ``reach`` queue;
 5. ``beat`` - Celery beat (reapers, expiry).
 
@@ -70,7 +72,7 @@ DEMO_USERS = ("admin", "operator", "alice", "bob")
 MARKERS: dict[str, tuple[str, ...]] = {
     "redis": ("redis-server",),
     "model": ("localmodel.server",),
-    "web": ("daphne", "reach_site.asgi:application"),
+    "web": ("reach_site.asgi:application",),
     "worker": ("celery", "worker"),
     "beat": ("celery", "beat"),
     "launcher": ("manage.py", "up"),
@@ -89,13 +91,68 @@ class StopRequested(Exception):
     """SIGINT/SIGTERM arrived while starting up."""
 
 
+#: The ASGI application the web process serves.
+ASGI_APP = "reach_site.asgi:application"
+#: The web servers ``REACH_WEB_SERVER`` may name; the default runs when it is unset.
+WEB_SERVERS = ("uvicorn", "daphne", "granian")
+DEFAULT_WEB_SERVER = "uvicorn"
+#: Seconds a stopping web server gives open responses (an event stream, a socket)
+#: before it closes them; under the supervisor's own STOP_TIMEOUT_S.
+WEB_GRACE_S = 3
+
+
+def web_server(environ: Mapping[str, str]) -> str:
+    """The web server to run: ``REACH_WEB_SERVER``, else the default."""
+    name = environ.get("REACH_WEB_SERVER", "").strip().lower() or DEFAULT_WEB_SERVER
+    if name not in WEB_SERVERS:
+        raise LaunchError(
+            f"REACH_WEB_SERVER={name!r} is not one of {', '.join(WEB_SERVERS)}"
+        )
+    if importlib.util.find_spec(name) is None:
+        raise LaunchError(
+            f"REACH_WEB_SERVER={name} but {name} is not installed: "
+            f"pip install {name} (granian comes with the dev extra)"
+        )
+    return name
+
+
+def web_argv(
+    server: str, host: str, port: int, python: str = sys.executable
+) -> list[str]:
+    """The web process's command line: ``server`` serving :data:`ASGI_APP` on
+    ``host:port``. The launcher, the tests' stack and the benchmarks all start it
+    from here.
+
+    Each server is told to behave as daphne does: no proxy headers trusted (Django
+    reads ``X-Forwarded-Proto`` itself, and only with ``REACH_BEHIND_TLS_PROXY``),
+    no websocket compression, no ASGI lifespan (Channels' router has none), one
+    line per request on stdout.
+    """
+    if server == "daphne":
+        return [python, "-m", "daphne", "-b", host, "-p", str(port), ASGI_APP]
+    if server == "uvicorn":
+        return [python, "-m", "uvicorn", "--host", host, "--port", str(port)] + [
+            "--loop", "uvloop", "--http", "httptools", "--ws", "websockets-sansio",
+            "--ws-per-message-deflate", "false", "--lifespan", "off",
+            "--no-proxy-headers", "--no-server-header",
+            "--timeout-graceful-shutdown", str(WEB_GRACE_S), ASGI_APP,
+        ]  # fmt: skip
+    if server == "granian":
+        return [python, "-m", "granian", "--interface", "asginl"] + [
+            "--host", host, "--port", str(port), "--loop", "uvloop", "--ws",
+            "--workers", "1", "--access-log",
+            "--workers-kill-timeout", str(WEB_GRACE_S), ASGI_APP,
+        ]  # fmt: skip
+    raise LaunchError(f"unknown web server {server!r}")
+
+
 @dataclass(eq=False)
 class Child:
     """One supervised process: what to run and how to tell that it is ready.
 
     ``ready_line`` is a pattern searched in each output line (the model's
     ``READY`` line, the worker's ``ready.``); ``ready`` is a check polled until it
-    returns True (Redis answers PING, daphne accepts connections). With neither,
+    returns True (Redis answers PING, the web server accepts connections). With neither,
     a child is ready as soon as it started.
     """
 
@@ -583,6 +640,8 @@ class Plan:
     model_url: str = ""
     local_model: bool = False
     child_env: dict[str, str] = field(default_factory=dict)
+    #: The web process's server (:data:`WEB_SERVERS`, ``REACH_WEB_SERVER``).
+    web_server: str = DEFAULT_WEB_SERVER
 
 
 def make_plan(
@@ -621,6 +680,7 @@ def make_plan(
     plan.embedded_redis = not plan.redis_url
     plan.model_url = environ.get("OPENAI_BASE_URL", "").strip()
     plan.local_model = not plan.model_url and not no_model
+    plan.web_server = web_server(environ)
     plan.child_env = dict(environ)
     plan.child_env.update(
         {
@@ -708,8 +768,7 @@ def start_all(supervisor: Supervisor, plan: Plan) -> None:
     django_children = (
         Child(
             name="web",
-            argv=[python, "-m", "daphne", "-b", host, "-p", str(port)]
-            + ["reach_site.asgi:application"],
+            argv=web_argv(plan.web_server, host, port, python),
             env=dict(env),
             ready=lambda: accepts_connections(host, port),
         ),

@@ -77,7 +77,7 @@ CSRF_FAILURE_VIEW = "reach_site.errors.csrf_failure"
 INSTALLED_APPS = [
     # Daphne's app only makes runserver serve ASGI (development); loading it
     # costs every process, the worker and beat included, twisted: ~40 MB each.
-    # The web process runs daphne itself (python -m daphne).
+    # The web process runs its server itself (reach_site/launcher.py, web_argv).
     *(["daphne"] if DEBUG else []),
     "django.contrib.admin",
     "django.contrib.auth",

@@ -1,8 +1,8 @@
 """The product's processes under chaos, and the driver that breaks them.
 
-``Processes`` starts beat, N Celery workers and daphne through the test suite's
+``Processes`` starts beat, N Celery workers and the web server through the test suite's
 ``Stack`` and can replace each: SIGKILL a worker and start another, restart the
-bundled Redis on its port, restart daphne on its port (its websocket clients
+bundled Redis on its port, restart the web server on its port (its websocket clients
 reconnect and resume), terminate the app's PostgreSQL connections. The
 ``FaultDriver`` thread strikes at the moments the schedule (``plan``) chose,
 expressed as points of the runs' progress. Django-free.
@@ -44,7 +44,7 @@ class Fault:
 
 @dataclass
 class Processes:
-    """Beat, ``workers`` Celery workers of ``threads`` threads, daphne.
+    """Beat, ``workers`` Celery workers of ``threads`` threads, the web server.
 
     Like ``make up``'s launcher, a watchdog restarts a process that exits on its
     own (and counts it in ``exits``); the faults hold ``lock`` while they kill
@@ -122,7 +122,7 @@ class Processes:
         wait_for(
             lambda: healthy(self.web_url),
             timeout=90,
-            what="daphne answering /healthz after its restart",
+            what="the web server answering /healthz after its restart",
             detail=web.tail,
         )
         self.stack.procs["web"] = web

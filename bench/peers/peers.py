@@ -300,7 +300,8 @@ PEERS = {
 # ---------------------------------------------------------------- the platform's own CPU
 # (Added for the product's `make bench`.) BENCH_PLATFORM_PIDFILE names the product launcher's
 # `up.pids` ({"launcher": pid, "children": {name: pid}}). Around the timed tasks, the CPU time
-# (utime + stime of all threads, from /proc/<pid>/stat) of each of those processes is read, so
+# (utime + stime of all threads, from /proc/<pid>/stat) of each of those processes and its
+# descendants (the web server's worker process, if it has one) is read, so
 # the report can give the worker's and the web process's CPU per step. A process restarted in
 # the window gives no figure. Without the variable nothing is read.
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -320,16 +321,44 @@ def _platform_pids():
     return {k: v for k, v in pids.items() if isinstance(v, int)}
 
 
-def platform_snapshot():
-    """{name: (pid, CPU seconds)} of the platform's processes (empty without the pid file)."""
+def _proc_stats():
+    """{pid: (ppid, CPU seconds)} of every process (utime + stime, all threads)."""
     out = {}
-    for name, pid in _platform_pids().items():
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
+            with open(f"/proc/{entry}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        out[name] = (pid, (int(fields[11]) + int(fields[12])) / _TICK)
+        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+    return out
+
+
+def _tree_cpu(pid, stats, others=()):
+    """CPU seconds of `pid` and its live descendants but `others` and theirs (a server
+    that runs its app in a worker process, granian's, counts with it; the launcher
+    without its children), None when `pid` is gone."""
+    if pid not in stats:
+        return None
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += stats[current][1]
+        todo += [p for p, (ppid, _) in stats.items() if ppid == current and p not in others]
+    return total
+
+
+def platform_snapshot():
+    """{name: (pid, CPU seconds)} of the platform's processes (empty without the pid file)."""
+    out = {}
+    pids = _platform_pids()
+    stats = _proc_stats() if pids else {}
+    for name, pid in pids.items():
+        cpu = _tree_cpu(pid, stats, set(pids.values()))
+        if cpu is not None:
+            out[name] = (pid, cpu)
     out["_t"] = (0, time.perf_counter())
     return out
 

@@ -1,6 +1,6 @@
 """Real Chromium (Debian's, driven by Playwright) against the real stack.
 
-The stack fixture runs daphne, a Celery worker and Redis as subprocesses on this
+The stack fixture runs the web server, a Celery worker and Redis as subprocesses on this
 test's database; the model is a scripted server in this process, so each test
 scripts it. Users log in through the login form (``tests.support.browser``).
 """

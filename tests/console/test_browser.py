@@ -1,5 +1,5 @@
-"""The console in a real Chromium against daphne: it updates without a reload, keeps
-what the operator ticked, and cancels in bulk."""
+"""The console in a real Chromium against the web server: it updates without a
+reload, keeps what the operator ticked, and cancels in bulk."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The MCP gateway on real processes: daphne serving ``/mcp/``, a Celery worker
+"""The MCP gateway on real processes: the web server serving ``/mcp/``, a Celery worker
 running each call as a task, Redis; the SDK's own client connecting with a bearer
 token (and over stdio to ``manage.py mcp_serve``)."""
 

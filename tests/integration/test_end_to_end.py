@@ -1,4 +1,5 @@
-"""The whole product on real processes: Redis, a Celery worker, daphne, the model."""
+"""The whole product on real processes: Redis, a Celery worker, the web server and
+the model."""
 
 from __future__ import annotations
 

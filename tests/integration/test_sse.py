@@ -1,4 +1,4 @@
-"""Programs' live updates on real processes: daphne, a Celery worker, Redis and
+"""Programs' live updates on real processes: the web server, a Celery worker, Redis and
 the scripted model; the event stream read over HTTP by httpx, as ``curl -N``
 reads it, and the task socket opened with a bearer subprotocol."""
 

@@ -1,4 +1,4 @@
-"""``manage.py up`` as a real subprocess: embedded redis, daphne, worker, beat.
+"""``manage.py up`` as a real subprocess: embedded redis, the web server, worker, beat.
 
 Each test runs the launcher with ``--no-model`` (``OPENAI_BASE_URL`` points at a
 dummy loopback URL, so no model is installed or started), a temporary

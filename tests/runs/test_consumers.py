@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from unittest import mock
 
@@ -445,3 +446,18 @@ async def test_a_programs_socket_gets_api_events_without_html_unless_it_asks(
                 f'id="step-{task.pk}-{steps[-1]["step"]["seq"]}"' in steps[-1]["html"]
             )
         await comm.disconnect()
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        {"type": "step", "step": {"seq": 1, "html": "<li>缓存改造 \u2028 é</li>"}},
+        {"type": "task", "task": {"usage": {"cost": 0.000125, "tokens": 12}}},
+        # Beyond orjson: the stdlib encoder's answer, as before.
+        {"type": "step", "step": {"detail": {"n": 2**70, 1: "int key"}}},
+    ],
+)
+async def test_a_frame_is_the_same_json_with_non_ascii_kept(content) -> None:
+    text = await TaskConsumer.encode_json(content)
+    assert json.loads(text) == json.loads(json.dumps(content))
+    assert "\\u" not in text  # 缓存改造 and é go as UTF-8, not escaped

@@ -47,7 +47,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def real_password(user: Any, password: str) -> None:
-    """Hash with the real hasher: tests use MD5, daphne runs the real settings."""
+    """Hash with the real hasher: tests use MD5, the web process the real settings."""
     from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
     hasher = PBKDF2PasswordHasher()

@@ -10,6 +10,7 @@ it costs; ``tests/test_one_run_files.py`` traces the files it passes.
 from __future__ import annotations
 
 import asyncio
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -155,6 +156,6 @@ def check_frames(
     steps with their list item when ``html``."""
     assert consumer.cursor == int(pushed[-1]["rev"])
     steps = [
-        frame["text"] for frame in sent if frame["text"].startswith('{"type": "step"')
+        frame["text"] for frame in sent if json.loads(frame["text"])["type"] == "step"
     ]
     assert steps and all(('"html"' in step) is html for step in steps)

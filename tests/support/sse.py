@@ -2,7 +2,7 @@
 
 ``SseParser`` follows the HTML standard's event-stream parsing (fields, comments,
 blank line dispatch). ``AsgiStream`` sends one GET through the product's ASGI
-application, as daphne does, and reads the body as it streams, so a test can
+application, as the web server does, and reads the body as it streams, so a test can
 disconnect mid-stream the way a client does.
 """
 

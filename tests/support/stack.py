@@ -1,4 +1,5 @@
-"""Real processes on loopback: a Celery worker, beat, daphne, the scripted model.
+"""Real processes on loopback: a Celery worker, beat, the web server, the scripted
+model.
 
 ``Stack`` starts them on the test's database and bundled Redis (the ``stack``
 fixture builds it); each ``Proc`` keeps its output for failure messages.
@@ -17,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from infra.processes import spawn
+from reach_site.launcher import web_argv, web_server
 from tests.support.ports import free_port
 from tests.support.redis_server import BundledRedis
 from tests.support.waiting import wait_for
@@ -130,21 +132,11 @@ class Stack:
         return proc
 
     def start_web(self) -> Proc:
+        """The web process as ``make up`` starts it (``launcher.web_argv``: the
+        server ``REACH_WEB_SERVER`` names, else the launcher's default)."""
         port = free_port()
-        proc = Proc(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "reach_site.asgi:application",
-            ],
-            self.env,
-        ).start()
+        server = web_server(self.env)
+        proc = Proc("web", web_argv(server, "127.0.0.1", port), self.env).start()
         self.web_url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _answers(self.web_url + "/healthz"), timeout=60)
         self.procs["web"] = proc

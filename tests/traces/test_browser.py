@@ -1,4 +1,4 @@
-"""The replay player in a real Chromium, against daphne serving the real app."""
+"""The replay player in a real Chromium, against the web server serving the real app."""
 
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ from reach_site import launcher
 class Command(BaseCommand):
     help = (
         "Start and supervise redis (embedded unless REDIS_URL), the local model "
-        "(unless OPENAI_BASE_URL or --no-model), daphne, a Celery worker and beat. "
+        "(unless OPENAI_BASE_URL or --no-model), the web server (uvicorn unless "
+        "REACH_WEB_SERVER), a Celery worker and beat. "
         "Ctrl-C stops everything."
     )
 
