@@ -150,7 +150,7 @@ def owner_of(frames: list[tuple[str, str]]) -> tuple[str, str]:
     elif "apply_target" in funcs:
         role = "Celery task tracing around the task (pool thread)"
     elif "BaseEventLoop.run_forever" in funcs:
-        role = "asyncio event loop thread (pushes, channels_redis / daphne)"
+        role = "asyncio event loop thread (pushes, channels_redis, the web server)"
     else:
         role = "other threads"
     return f"(no product frame: {area_of(frames)})", f"({role})"

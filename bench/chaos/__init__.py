@@ -1,8 +1,8 @@
 """``make chaos``: random faults at random moments, then the invariants.
 
 Hundreds of runs (reads, ticket writes, e-mail writes, approvals) on the real
-processes — Celery workers, beat, daphne, the bundled Redis, PostgreSQL or
-SQLite — while a fault driver SIGKILLs workers, restarts Redis, restarts daphne
+processes — Celery workers, beat, the web server, the bundled Redis, PostgreSQL or
+SQLite — while a fault driver SIGKILLs workers, restarts Redis, restarts the web server
 under connected websocket clients and terminates the app's database
 connections. Afterwards every invariant is a count that must be zero: runs
 settled, no write twice, no step lost or doubled, every websocket client saw

@@ -62,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=12, help="runs in flight")
     p.add_argument("--kills", type=int, default=12, help="workers SIGKILLed")
     p.add_argument("--redis-restarts", type=int, default=3)
-    p.add_argument("--web-restarts", type=int, default=3, help="daphne restarts")
+    p.add_argument("--web-restarts", type=int, default=3, help="web server restarts")
     p.add_argument(
         "--db-drops",
         type=int,

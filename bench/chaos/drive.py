@@ -39,7 +39,7 @@ from tests.support.clients import bearer_token
 from tests.support.http_servers import Hit, LocalServer, Reply
 from tests.support.http_tools import http_tool
 
-#: How long a call to the API may keep failing (daphne down, Redis down) before
+#: How long a call to the API may keep failing (the web server down, Redis down) before
 #: the driver gives up on it.
 API_PATIENCE_S = 120.0
 #: How long the operator looks into a "did it happen?" request before deciding.

@@ -57,7 +57,7 @@ WRITE_TOOLS = {
 class FaultKind(StrEnum):
     KILL = "kill worker"
     REDIS = "restart redis"
-    WEB = "restart daphne"
+    WEB = "restart the web server"
     DATABASE = "drop db connections"
 
 

@@ -92,7 +92,7 @@ def run_session(
     watchers: Watchers | None = None
     apis: dict[str, Api] = {}
     try:
-        say("starting beat, workers and daphne")
+        say("starting beat, workers and the web server")
         processes.start()
         keys = tokens(USERS)
         apis = {user: Api(processes.web_url, keys[user]) for user in USERS}
@@ -300,7 +300,7 @@ def _counts(
         ("worker processes SIGKILLed", kinds[FaultKind.KILL]),
         ("  of them during a write", aimed),
         ("Redis restarts", kinds[FaultKind.REDIS]),
-        ("daphne restarts", kinds[FaultKind.WEB]),
+        ("web server restarts", kinds[FaultKind.WEB]),
         ("database connection drops", kinds[FaultKind.DATABASE]),
         ("  connections terminated", dropped),
         ("websocket clients", len(clients)),

@@ -3,7 +3,7 @@
 Each client is ``static/js/taskstream.js`` in Python: open
 ``/ws/tasks/<id>/?after=<highest rev seen>`` (with a bearer token, as programs
 do) on every connect, reconnect with a jittered backoff when the
-socket drops (daphne restarted, say), stop at the task's final status. Every
+socket drops (the web server restarted, say), stop at the task's final status. Every
 step frame is kept, so afterwards the frames can be compared with the steps in
 the database (``check_frames``). Django-free: the clients run in one asyncio
 loop on a thread of their own.

@@ -4,7 +4,7 @@ handful of SIGKILLs of the worker at random moments.
 
 The same code as ``make chaos`` (``python -m bench.chaos``), in a process of its
 own with a scratch instance of its own; every invariant count must be zero.
-Redis and daphne restarts stay in ``make chaos``: they still break invariants
+Redis and web server restarts stay in ``make chaos``: they still break invariants
 (see the README, "What is guaranteed under faults").
 """
 
