@@ -82,11 +82,18 @@ class DjangoJournal:
         self._owner = task.owner
         # When this journal's last fenced write committed (monotonic seconds).
         self._written_at = float("-inf")
+        # The row the driver loaded just after its claim serves the run's first
+        # snapshot (no second read of the task); later snapshots read it again.
+        deferred = task.get_deferred_fields()
+        self._first: Task | None = (
+            None if deferred.intersection(_SNAPSHOT_FIELDS) else task
+        )
 
     # reading
 
     def snapshot(self) -> RunSnapshot:
-        task = Task.objects.only(*_SNAPSHOT_FIELDS).get(pk=self._task_pk)
+        task = self._first or Task.objects.only(*_SNAPSHOT_FIELDS).get(pk=self._task_pk)
+        self._first = None
         rows = list(task.steps.order_by("seq"))
         self._step_pks.update((row.seq, row.pk) for row in rows)
         steps = [row.record() for row in rows]
