@@ -49,6 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
+from infra.processes import pid_alive, pid_cmdline, signal_group, stop_foreign
 from localmodel.install import is_installed, model_path
 
 LOOPBACK = "127.0.0.1"
@@ -287,30 +288,6 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def pid_cmdline(pid: int) -> list[str]:
-    """The command line of ``pid`` (empty when it cannot be read)."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
 def is_ours(pid: int, name: str) -> bool:
     """True when ``pid`` is alive and its command line is that of child ``name``."""
     markers = MARKERS.get(name)
@@ -321,30 +298,6 @@ def is_ours(pid: int, name: str) -> bool:
         return any(arg.endswith("manage.py") for arg in argv) and "up" in argv
     cmdline = " ".join(argv)
     return all(marker in cmdline for marker in markers)
-
-
-def signal_group(pid: int, signum: int) -> None:
-    """Send ``signum`` to the process group led by ``pid`` (or to ``pid``)."""
-    try:
-        os.killpg(pid, signum)
-    except ProcessLookupError:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-    except PermissionError:
-        pass
-
-
-def stop_foreign(pid: int, timeout: float) -> None:
-    """Stop a process that is not our child: SIGTERM its group, then SIGKILL."""
-    signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if pid_alive(pid):
-        signal_group(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5.0
-        while pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
 
 
 def read_pids(path: Path) -> dict[str, Any]:
