@@ -45,7 +45,9 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _json(value: Any) -> str:
+def json_text(value: Any) -> str:
+    """A value as a step shows it: compact JSON, non-ASCII as it is (the
+    ``json`` template filter's too)."""
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -183,7 +185,7 @@ def _call_rows(
     arguments = get("arguments")
     if arguments is not None:
         rows.append(
-            _kv("arguments", f'<code class="json">{_e(_json(arguments))}</code>')
+            _kv("arguments", f'<code class="json">{_e(json_text(arguments))}</code>')
         )
     elif get("raw_arguments"):
         rows.append(
@@ -193,7 +195,9 @@ def _call_rows(
         )
     proposed = get("proposed_arguments")
     if proposed is not None:
-        rows.append(_kv("proposed", f'<code class="json">{_e(_json(proposed))}</code>'))
+        rows.append(
+            _kv("proposed", f'<code class="json">{_e(json_text(proposed))}</code>')
+        )
     if status == StepStatus.WAITING_APPROVAL:
         approval = detail.get("approval") or {}
         unknown = get("error_class") == ErrorClass.OUTCOME_UNKNOWN
@@ -231,7 +235,7 @@ def _call_rows(
         )
     result = get("result")
     if result is not None:
-        shown = Truncator(_json(result)).chars(2000)
+        shown = Truncator(json_text(result)).chars(2000)
         rows.append(_kv("result", f'<code class="json">{_e(shown)}</code>'))
     if get("error"):
         rows.append(_kv("error", f"<span>{_e(get('error'))}</span>", "error"))

@@ -12,6 +12,7 @@ from infra.durations import duration_words
 from infra.runtime import redactor
 from runs import ports
 from runs.payloads import step_payload
+from runs.step_html import json_text
 from runs.step_html import ms as _ms
 from runs.step_html import step_item as _step_item
 
@@ -25,7 +26,7 @@ def json_pretty(value: Any) -> str:
 
 @register.filter(name="json")
 def json_compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, default=str)
+    return json_text(value)
 
 
 @register.filter
