@@ -62,6 +62,8 @@ class Counts:
     statements: list[str] = field(default_factory=list, repr=False)
     redis_by_thread: Counter[str] = field(default_factory=Counter, repr=False)
     redis_commands: list[str] = field(default_factory=list, repr=False)
+    #: What was pushed, in order: (group, message).
+    pushed: list[tuple[str, dict[str, Any]]] = field(default_factory=list, repr=False)
 
     def per(self, n: float) -> dict[str, float]:
         """The counts divided by ``n`` (runs, steps), rounded to a tenth."""
@@ -133,6 +135,7 @@ class Meter:
             future = real_submit(self, group, message)
             with meter._lock:
                 meter.counts.pushes += 1
+                meter.counts.pushed.append((group, message))
                 meter._futures.append(future)
             return future
 
