@@ -614,13 +614,26 @@ def _met(ok: bool) -> str:
     return "met" if ok else "not met"
 
 
+def idle_total(memory: dict[str, Any]) -> float | None:
+    """The idle stack's RSS (MB), or None when it was not measured."""
+    idle = memory.get("idle") or {}
+    return sum(idle.values()) if idle else None
+
+
+def rss_growth(memory: dict[str, Any], conc_n: int) -> float | None:
+    """The worker's RSS growth per concurrent run (MB), or None."""
+    if "worker_peak" not in memory:
+        return None
+    return (memory["worker_peak"] - memory["worker_before"]) / conc_n
+
+
 def memory_report(memory: dict[str, Any], conc_n: int) -> str:
     """The memory targets of "A lean, fast spine": the idle stack, and the
     worker's growth per concurrent run."""
     lines = ["", "## Memory", ""]
     idle = memory.get("idle") or {}
-    if idle:
-        total = sum(idle.values())
+    total = idle_total(memory)
+    if total is not None:
         lines += [
             "RSS after the sequential rounds (warm, idle; the launcher, which only "
             "supervises, not counted):",
@@ -631,9 +644,9 @@ def memory_report(memory: dict[str, Any], conc_n: int) -> str:
             + " | ".join(fmt(idle.get(n)) + " MB" for n in STACK)
             + f" | {total:.1f} MB | under 400 MB: {_met(total < 400)} |",
         ]
-    if "worker_peak" in memory:
+    growth = rss_growth(memory, conc_n)
+    if growth is not None:
         before, peak = memory["worker_before"], memory["worker_peak"]
-        growth = (peak - before) / conc_n
         lines += [
             "",
             f"Worker RSS during {conc_n} runs at once: {before:.1f} MB before, "
@@ -700,16 +713,13 @@ def targets_report(
         "--concurrency 64 --database-url postgres://...`",
         None,
     )
-    if "worker_peak" in memory:
-        growth = (memory["worker_peak"] - memory["worker_before"]) / conc_n
+    if (growth := rss_growth(memory, conc_n)) is not None:
         row(
             "worker RSS growth: at most 1 MB per concurrent run",
             f"{growth:.2f} MB",
             growth <= 1,
         )
-    idle = memory.get("idle") or {}
-    if idle:
-        total = sum(idle.values())
+    if (total := idle_total(memory)) is not None:
         row("idle stack: under 400 MB", f"{total:.1f} MB", total < 400)
     lines = ["", "## Targets", "", "| target | measured | |", "|---|---|---|"]
     lines += [
