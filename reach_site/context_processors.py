@@ -9,6 +9,7 @@ from approvals.services import can_decide
 from audit.permissions import can_audit
 from console.permissions import can_view_console
 from evals.services import can_run_evals
+from feedback.services import can_review
 
 
 def reach(request: HttpRequest) -> dict[str, Any]:
@@ -21,5 +22,6 @@ def reach(request: HttpRequest) -> dict[str, Any]:
         "can_approve": can_decide(user),
         "can_audit": can_audit(user),
         "can_run_evals": can_run_evals(user),
+        "can_review": can_review(user),
         "can_view_console": can_view_console(user),
     }

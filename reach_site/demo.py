@@ -169,11 +169,22 @@ def seed_demo() -> list[str]:
             content_type__app_label="console",
         )
     )
+    # Labelling runs in the review queue (feedback/).
+    reviewers, _ = Group.objects.get_or_create(name="reviewers")
+    reviewers.permissions.add(
+        Permission.objects.get(
+            codename="review_runs", content_type__app_label="feedback"
+        )
+    )
     users = get_user_model().objects
     password = demo_password()
     cast = [
         ("admin", {"is_superuser": True, "is_staff": True}, []),
-        ("operator", {"is_staff": False}, [approvers, auditors, operators]),
+        (
+            "operator",
+            {"is_staff": False},
+            [approvers, auditors, operators, reviewers],
+        ),
         ("alice", {}, []),
         ("bob", {}, []),
     ]

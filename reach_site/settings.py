@@ -99,6 +99,7 @@ INSTALLED_APPS = [
     "approvals",
     "traces",
     "memory",
+    "feedback",
     "evals",
     "gateway",
     "console",
@@ -379,6 +380,11 @@ REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
 # Traces: how long finished runs are kept (0 keeps them for ever).
 REACH_TRACE_RETENTION_DAYS = env_int("REACH_TRACE_RETENTION_DAYS", 0)
+# The review queue (feedback/): the share of finished runs with no thumbs down
+# and no limit hit that it also shows, to be labelled (0 to 1).
+REACH_REVIEW_SAMPLE_RATE = min(
+    1.0, max(0.0, env_float("REACH_REVIEW_SAMPLE_RATE", 0.1))
+)
 # Memory (memory/): how long superseded, forgotten and expired items are kept (0
 # keeps them for ever); what a run is given at its start (items, tokens, off);
 # how many items recall returns; the days remember keeps a fact by default (0:

@@ -13,6 +13,8 @@ from audit import api as audit_api
 from effects import api as effects_api
 from evals import api as evals_api
 from evals import views as evals_views
+from feedback import api as feedback_api
+from feedback import views as feedback_views
 from memory import api as memory_api
 from memory import views as memory_views
 from reach_site.health import healthz
@@ -43,6 +45,11 @@ api_patterns = [
     path("tasks/<uuid:task_id>/trace/", traces_api.TaskTrace.as_view()),
     path("tasks/<uuid:task_id>/rerun/", traces_api.TaskRerun.as_view()),
     path("tasks/<uuid:task_id>/fork/", traces_api.TaskFork.as_view()),
+    path("tasks/<uuid:task_id>/feedback/", feedback_api.TaskFeedback.as_view()),
+    path("tasks/<uuid:task_id>/label/", feedback_api.TaskLabel.as_view()),
+    path("feedback/", feedback_api.MyFeedback.as_view()),
+    path("review/queue/", feedback_api.ReviewQueue.as_view()),
+    path("review/labels/", feedback_api.LabelList.as_view()),
     path("traces/import/", traces_api.TraceImport.as_view()),
     path("audit/", audit_api.AuditLog.as_view()),
     path("evals/", evals_api.EvalList.as_view()),
@@ -83,6 +90,11 @@ urlpatterns = [
         memory_views.memory_delete,
         name="memory-delete",
     ),
+    path("review/", feedback_views.review_queue, name="review"),
+    path(
+        "review/<uuid:task_id>/label/", feedback_views.review_label, name="review-label"
+    ),
+    path("review/labels.jsonl", feedback_views.review_export, name="review-export"),
     path("traces/", traces_views.trace_list, name="traces"),
     path("traces/stats/", traces_views.trace_stats, name="trace-stats"),
     path("traces/<uuid:task_id>/", traces_views.trace_detail, name="trace"),

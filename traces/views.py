@@ -31,6 +31,7 @@ from engine.spec import (
     StepDetail,
     StepKind,
 )
+from feedback.services import feedback_on, feedback_per_agent
 from infra.views import template_enum
 from registry.models import Agent
 from runs.models import Message, Step, Task
@@ -511,6 +512,7 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
             "approvals": approvals,
             "replay": replay_frames(task, steps),
             "is_owner": task.owner_id == request.user.pk,
+            "feedback": feedback_on(task),
             "forks": list(
                 visible_tasks(request.user)
                 .filter(parent=task)
@@ -552,6 +554,7 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
     cost_days, cost_models, costs = stats.cost_per_model_per_day(tasks)
     intents = stats.runs_per_intent(tasks)
     reasons = stats.stop_reasons(tasks)
+    feedback_rows = feedback_per_agent(tasks)
     approvals = stats.approval_stats(tasks)
     approval_rows = [
         (status, approvals.counts.get(status, 0))
@@ -640,6 +643,7 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
                 (day, [tokens.get((day, m), 0) for m in models]) for day in days
             ],
             "reasons": reasons,
+            "feedback_rows": feedback_rows,
             "approval_rows": approval_rows,
             "median_decision": stats.human_duration(approvals.median_decision_s),
             "decided": approvals.decided,
