@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from evals import services
+from evals import from_runs, services
 from evals import tasks as celery_tasks
 from evals.models import EvalReport, Suite
 from infra.api.common import paginate
@@ -117,3 +117,33 @@ class EvalDetail(APIView):
             document["regressions"] = services.report_compare(report, baseline)
             document["compared_with"] = str(baseline.pk)
         return Response(document)
+
+
+class SuiteRuns(APIView):
+    """``POST /api/evals/suites/{name}/runs/``: add recorded runs to a suite as
+    cases (evals.from_runs), by id or by a filter; the suite is made when new."""
+
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+    )
+    def post(self, request: Request, name: str) -> Response:
+        if not services.can_run_evals(request.user):
+            raise PermissionDenied("Only operators build evaluation suites.")
+        data = request.data if isinstance(request.data, dict) else {}
+        tasks = from_runs.requested_runs(request.user, data)
+        created = not Suite.objects.filter(name=name).exists()
+        suite, added = from_runs.suite_add_runs(
+            name=name,
+            tasks=tasks,
+            actor=request.user,
+            description=str(data.get("description") or ""),
+        )
+        return Response(
+            {
+                "suite": suite.name,
+                "added": added,
+                "cases": [c["id"] for c in suite.document["cases"]],
+            },
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )

@@ -21,6 +21,8 @@ class Suite(models.Model):
         BUILTIN = "builtin"
         FILE = "file"
         UPLOAD = "upload"
+        #: Made from recorded runs (evals.from_runs): grows a case per run added.
+        RUNS = "runs"
 
     name = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True)

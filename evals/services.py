@@ -55,9 +55,7 @@ def suites_sync_builtin() -> list[Suite]:
     """Load the built-in suite files into the database (new or changed ones)."""
     synced = []
     for path in suites.builtin_paths().values():
-        synced.append(
-            _suite_store(suites.parse(path.read_text()), Suite.Source.BUILTIN)
-        )
+        synced.append(suite_store(suites.parse(path.read_text()), Suite.Source.BUILTIN))
     return synced
 
 
@@ -71,7 +69,7 @@ def suite_resolve(name_or_path: str) -> Suite:
             document = suites.parse(path.read_text(encoding="utf-8"))
         except suites.SuiteError as exc:
             raise EvalError(f"{path}: {exc}") from exc
-        return _suite_store(document, Suite.Source.FILE)
+        return suite_store(document, Suite.Source.FILE)
     if name_or_path in suites.builtin_paths():
         suites_sync_builtin()
     suite = Suite.objects.filter(name=name_or_path).first()
@@ -97,10 +95,10 @@ def suite_upload(document: Any) -> Suite:
         )
     except suites.SuiteError as exc:
         raise EvalError(str(exc)) from exc
-    return _suite_store(parsed, Suite.Source.UPLOAD)
+    return suite_store(parsed, Suite.Source.UPLOAD)
 
 
-def _suite_store(document: dict[str, Any], source: str) -> Suite:
+def suite_store(document: dict[str, Any], source: str) -> Suite:
     suite, created = Suite.objects.get_or_create(
         name=document["name"],
         defaults={

@@ -12,6 +12,8 @@ A suite names an agent, how many runs each case gets, and its cases::
         approvals: reject                          # approve | reject | leave
         results: {send_email: {"status": "sent"}}  # what a tool answers here
         injection: {tool: search_notes, text: "…"} # rides on that tool's result
+        reference: "…"                             # the right answer (for judges)
+        source: <run id>                           # a case made from a run
 
 A suite with ``clean_baseline: true`` also runs every case that has an
 ``injection`` without it, so that utility under attack is read beside utility.
@@ -45,7 +47,19 @@ MAX_RUNS = 50
 MAX_CASES = 500
 
 _TOP_KEYS = {"name", "description", "agent", "runs", "cases", "clean_baseline"}
-_CASE_KEYS = {"id", "input", "expect", "approvals", "results", "injection", "notes"}
+_CASE_KEYS = {
+    "id",
+    "input",
+    "expect",
+    "approvals",
+    "results",
+    "injection",
+    "notes",
+    # A case made from a recorded run (evals.from_runs): the right answer's text
+    # (what a judge compares with) and the run it came from.
+    "reference",
+    "source",
+}
 _EXPECT_KEYS = {
     "answer_contains",
     "answer_regex",
@@ -55,7 +69,7 @@ _EXPECT_KEYS = {
     "max_steps",
     "stop_reason",
 }
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
 class SuiteError(ValueError):
@@ -77,7 +91,7 @@ def validate(data: Any) -> dict[str, Any]:
         raise SuiteError("A suite is an object with name, agent and cases.")
     _unknown(data, _TOP_KEYS, "the suite")
     name = data.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME.match(name):
         raise SuiteError(
             "name: required; letters, digits, '-', '_' or '.', at most 100."
         )
@@ -110,7 +124,7 @@ def _case(case: Any, index: int, seen: set[str]) -> dict[str, Any]:
         raise SuiteError(f"{where}: a case is an object with id, input and expect.")
     _unknown(case, _CASE_KEYS, where)
     case_id = case.get("id")
-    if not isinstance(case_id, str) or not _NAME.match(case_id):
+    if not isinstance(case_id, str) or not NAME.match(case_id):
         raise SuiteError(f"{where}.id: required; letters, digits, '-', '_' or '.'.")
     if case_id in seen:
         raise SuiteError(f"{where}.id: {case_id!r} is used twice.")
@@ -173,6 +187,11 @@ def _case(case: Any, index: int, seen: set[str]) -> dict[str, Any]:
         "results": results,
         "injection": injection,
         "notes": str(case.get("notes") or ""),
+        **{
+            key: str(case[key])
+            for key in ("reference", "source")
+            if case.get(key) not in (None, "")
+        },
     }
 
 
@@ -199,3 +218,9 @@ def builtin_paths() -> dict[str, Path]:
 def dumps(document: dict[str, Any]) -> str:
     """A suite as JSON text (what an export or the page's download offers)."""
     return json.dumps(document, ensure_ascii=False, indent=2)
+
+
+def dumps_yaml(data: Any) -> str:
+    """A suite or a case as YAML, as a person would write it (the preview of a
+    case made from a run)."""
+    return str(yaml.safe_dump(data, allow_unicode=True, sort_keys=False, width=88))

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from evals import services
+from evals import from_runs, services, suites
 from evals.api import start_report
 from evals.models import EvalReport, Suite
 from registry.models import Agent
+from runs.selectors import visible_tasks
 
 
 def _operator(request: HttpRequest) -> None:
@@ -57,6 +59,7 @@ def eval_list(request: HttpRequest) -> HttpResponse:
             "reports": [services.report_brief(r) for r in reports],
             "error": error,
             "form": form,
+            "runs_suites": _runs_suites(),
         },
         status=400 if error else 200,
     )
@@ -93,3 +96,76 @@ def eval_detail(request: HttpRequest, report_id: Any) -> HttpResponse:
             "running": not report.is_final,
         },
     )
+
+
+def _runs_suites() -> list[Suite]:
+    """The suites a run can be added to (made from runs, or uploaded)."""
+    return list(
+        Suite.objects.filter(source__in=[Suite.Source.RUNS, Suite.Source.UPLOAD])
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def eval_from_run(request: HttpRequest, task_id: Any) -> HttpResponse:
+    """One run as a case: its preview, and a form that adds it to a suite."""
+    _operator(request)
+    task = (
+        visible_tasks(request.user).select_related("agent").filter(pk=task_id).first()
+    )
+    if task is None:
+        raise Http404("No such run.")
+    error = ""
+    name = request.POST.get("suite", "").strip() if request.method == "POST" else ""
+    try:
+        case = from_runs.case_from_run(task)
+    except services.EvalError as exc:
+        case, error = None, str(exc)
+    if request.method == "POST" and case is not None:
+        try:
+            suite, _ = from_runs.suite_add_runs(
+                name=name, tasks=[task], actor=request.user
+            )
+        except services.EvalError as exc:
+            error = str(exc)
+        else:
+            messages.success(
+                request,
+                f"Added case {case['id']} to the suite {suite.name} "
+                f"({len(suite.document['cases'])} cases).",
+            )
+            return redirect("evals")
+    return render(
+        request,
+        "evals/from_run.html",
+        {
+            "task": task,
+            "case": suites.dumps_yaml(case) if case else "",
+            "error": error,
+            "name": name or f"{task.agent.name}-from-runs",
+            "suites": _runs_suites(),
+        },
+    )
+
+
+@login_required
+@require_http_methods(["POST"])
+def eval_from_runs(request: HttpRequest) -> HttpResponse:
+    """A filter's runs as cases of a suite (the form on the evaluations page)."""
+    _operator(request)
+    fields = {k: request.POST.get(k, "") for k in ("rating", "verdict", "agent")}
+    fields |= {k: request.POST.get(k) or None for k in ("since", "until")}
+    try:
+        tasks = from_runs.requested_runs(request.user, {"filter": fields})
+        suite, added = from_runs.suite_add_runs(
+            name=request.POST.get("suite", "").strip(), tasks=tasks, actor=request.user
+        )
+    except services.EvalError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"Added {added} case{'s' if added != 1 else ''} to the suite {suite.name} "
+            f"({len(suite.document['cases'])} in all).",
+        )
+    return redirect("evals")

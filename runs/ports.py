@@ -110,6 +110,12 @@ trace_url = Slot[PageUrl]("trace page", filled_by="traces")
 #: filter of the ``reach`` tag library.
 eval_report_url = Slot[PageUrl]("evaluation report page", filled_by="evals")
 
+#: The path of the page that makes a task's run an evaluation case ("Add to
+#: suite" on a trace). Filled by ``evals`` (``EvalsConfig.ready``) with
+#: ``evals.links.from_run_url``; required. Linked through the
+#: ``add_to_suite_url`` filter of the ``reach`` tag library.
+add_to_suite_url = Slot[PageUrl]("page that adds a run to a suite", filled_by="evals")
+
 
 # -- notifications ---------------------------------------------------------------
 

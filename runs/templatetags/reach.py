@@ -101,3 +101,10 @@ def eval_report_url(report_id: Any) -> str:
     """The path of an evaluation report's page:
     ``{{ task.eval_case.report|eval_report_url }}``."""
     return ports.eval_report_url()(report_id)
+
+
+@register.filter
+def add_to_suite_url(task_id: Any) -> str:
+    """The path of the page that makes a run an evaluation case:
+    ``{{ task.pk|add_to_suite_url }}``."""
+    return ports.add_to_suite_url()(task_id)
