@@ -219,7 +219,7 @@ def _pg_args(program: str) -> tuple[list[str], dict[str, str]]:
 
 
 def pg_dump_command(target: Path) -> list[str]:
-    """The documented ``pg_dump`` of this database (README "Backups")."""
+    """The documented ``pg_dump`` of this database (README.md "Backups")."""
     args, _ = _pg_args("pg_dump")
     return [*args, "--format=custom", "--file", str(target)]
 

@@ -70,7 +70,7 @@ SECRET_KEY = env_str("DJANGO_SECRET_KEY") or _generated_once(
     "secret_key", lambda: secrets.token_urlsafe(50)
 )
 # The keys that encrypt stored secrets (registry/secrets.py), newest first: the
-# first encrypts, every one decrypts (README "Rotating the secrets key").
+# first encrypts, every one decrypts (README.md "Rotating the secrets key").
 REACH_SECRETS_KEYS = [
     env_str("REACH_SECRETS_KEY") or SECRET_KEY,
     *env_list("REACH_SECRETS_OLD_KEYS", ""),
