@@ -100,12 +100,7 @@ def backup_create(*, path: Path, actor: str, force: bool = False) -> Backup:
             migrations, audit, keys = _sqlite_snapshot(database)
             command: list[str] = []
         else:
-            migrations, audit, keys = _state_of()
-            command = _pg_dump(database)
-            if _state_of()[0] != migrations:
-                raise BackupError(
-                    "Migrations ran while pg_dump ran; run the backup again."
-                )
+            migrations, audit, keys, command = _pg_snapshot(database)
         manifest = Manifest(
             version=product_version(),
             created_at=timezone.now().isoformat(),
@@ -187,7 +182,7 @@ def _sqlite_state(
 
 
 def _state_of() -> tuple[dict[str, list[str]], dict[str, object], dict[str, int]]:
-    """The same state, read through the ORM (PostgreSQL)."""
+    """The same state, read through the ORM (PostgreSQL, in the snapshot)."""
     migrations: dict[str, list[str]] = {}
     for app, name in MigrationRecorder.Migration.objects.order_by("id").values_list(
         "app", "name"
@@ -202,6 +197,24 @@ def _state_of() -> tuple[dict[str, list[str]], dict[str, object], dict[str, int]
         "last_hash": head.hash if head else "",
     }
     return migrations, audit, keys
+
+
+def _pg_snapshot(
+    target: Path,
+) -> tuple[dict[str, list[str]], dict[str, object], dict[str, int], list[str]]:
+    """``pg_dump`` into ``target`` of the very snapshot the manifest's state is
+    read from: a repeatable-read transaction exports its snapshot and holds it
+    while ``pg_dump --snapshot`` dumps it, so the audit chain's end and the
+    migrations recorded match the dump however busy the product is."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        cursor.execute("SELECT pg_export_snapshot()")
+        snapshot = str(cursor.fetchone()[0])
+        migrations, audit, keys = _state_of()
+        command = pg_dump_command(target)
+        _, env = _pg_args("pg_dump")
+        _run([*command, "--snapshot", snapshot], env, "pg_dump")
+    return migrations, audit, keys, command
 
 
 def _pg_args(program: str) -> tuple[list[str], dict[str, str]]:
@@ -222,13 +235,6 @@ def pg_dump_command(target: Path) -> list[str]:
     """The documented ``pg_dump`` of this database (README.md "Backups")."""
     args, _ = _pg_args("pg_dump")
     return [*args, "--format=custom", "--file", str(target)]
-
-
-def _pg_dump(target: Path) -> list[str]:
-    command = pg_dump_command(target)
-    _, env = _pg_args("pg_dump")
-    _run(command, env, "pg_dump")
-    return command
 
 
 def _run(command: list[str], env: dict[str, str], program: str) -> None:
