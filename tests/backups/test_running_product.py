@@ -178,6 +178,13 @@ def test_a_backup_of_the_running_product_restores_into_a_fresh_install(
                 "calculate",
             ]
             assert listed[mail_task]["status"] == "waiting_approval"
+            # Nothing torn: every restored run's steps are whole, seq after seq.
+            for task_id in listed:
+                seqs = [
+                    s["seq"]
+                    for s in http.get(f"/api/tasks/{task_id}/steps/").json()["steps"]
+                ]
+                assert sorted(seqs) == list(range(1, len(seqs) + 1)), task_id
 
             # The parked approval can be decided, and its run finishes.
             decided = staff.post(

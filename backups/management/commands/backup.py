@@ -62,7 +62,10 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from None
         manifest = backup.manifest
         if backup.command:
-            self.stdout.write("  " + " ".join(backup.command))
+            self.stdout.write(
+                "  ran (into the archive as database.pgdump): "
+                + " ".join(backup.command)
+            )
         self.stdout.write(
             f"Backed up {kind} ({manifest.size} bytes, sha256 {manifest.sha256[:16]}…, "
             f"{manifest.audit.get('events')} audit events, "
