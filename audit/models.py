@@ -41,6 +41,13 @@ class AuditKind(models.TextChoices):
     TRACE_EXPORTED = "trace.exported"
     TRACE_IMPORTED = "trace.imported"
     TRACES_PURGED = "traces.purged"
+    # The stored secrets' key (registry.secrets.secrets_rotate) and backups
+    # (backups/): security state changed or copied.
+    SECRETS_ROTATION_STARTED = "secrets.rotation_started"
+    SECRETS_ROTATED = "secrets.rotated"
+    SECRETS_ROTATION_INCOMPLETE = "secrets.rotation_incomplete"
+    BACKUP_CREATED = "backup.created"
+    BACKUP_RESTORED = "backup.restored"
 
 
 class AuditEvent(models.Model):

@@ -135,6 +135,9 @@ def configured_secrets() -> dict[str, str]:
     if key and key != "local-model-no-key":
         values["OPENAI_API_KEY"] = key
     values["DJANGO_SECRET_KEY"] = settings.SECRET_KEY
+    for index, key in enumerate(getattr(settings, "REACH_SECRETS_KEYS", [])):
+        if key:
+            values[f"REACH_SECRETS_KEY_{index}"] = key
     for name, value in os.environ.items():
         if name.startswith("REACH_SECRET_") and value:
             values[name.removeprefix("REACH_SECRET_")] = value

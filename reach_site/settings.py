@@ -69,6 +69,12 @@ def _generated_once(name: str, factory) -> str:
 SECRET_KEY = env_str("DJANGO_SECRET_KEY") or _generated_once(
     "secret_key", lambda: secrets.token_urlsafe(50)
 )
+# The keys that encrypt stored secrets (registry/secrets.py), newest first: the
+# first encrypts, every one decrypts (README.md "Rotating the secrets key").
+REACH_SECRETS_KEYS = [
+    env_str("REACH_SECRETS_KEY") or SECRET_KEY,
+    *env_list("REACH_SECRETS_OLD_KEYS", ""),
+]
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
@@ -103,6 +109,7 @@ INSTALLED_APPS = [
     "evals",
     "gateway",
     "console",
+    "backups",
 ]
 
 MIDDLEWARE = [

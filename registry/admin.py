@@ -631,7 +631,9 @@ class SecretForm(forms.ModelForm):
 @admin.register(Secret)
 class SecretAdmin(admin.ModelAdmin):
     form = SecretForm
-    list_display = ("name", "updated_at")
+    # key_id: which key of the keyring encrypted it (README.md "Rotating the
+    # secrets key"); a hash, nothing of the key or the value.
+    list_display = ("name", "key_id", "updated_at")
 
     def save_model(
         self, request: HttpRequest, obj: Secret, form: Any, change: bool

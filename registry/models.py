@@ -307,6 +307,9 @@ class Secret(models.Model):
 
     name = models.CharField(max_length=64, unique=True)
     ciphertext = models.TextField()
+    #: Which key of the keyring encrypted it (``registry.secrets.key_id``); blank
+    #: for a secret stored before key ids were kept.
+    key_id = models.CharField(max_length=12, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
