@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from slack_sdk.signature import SignatureVerifier
 
 from approvals.models import ApprovalDecision, ApprovalRequest
@@ -96,7 +96,8 @@ def _verified_payload(
         raise Refused("forged", "The Slack signature does not match.", 401)
     key = hashlib.sha256(f"{timestamp}:{signature}".encode()).hexdigest()
     try:
-        SlackRequestSeen.objects.create(key=key, timestamp=sent_at)
+        with transaction.atomic():
+            SlackRequestSeen.objects.create(key=key, timestamp=sent_at)
     except IntegrityError:
         raise Refused(
             "replayed", "This Slack request was already received: refused.", 409
