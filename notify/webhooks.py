@@ -74,9 +74,15 @@ def signature_valid(
 
 
 def guard_for(url: str, allowed_hosts: list[str]) -> ssrf.Guard:
-    """The guard of a webhook: its own host, plus the addresses listed for it."""
+    """The guard of a webhook: its own host, plus the addresses listed for it.
+
+    A host written as a non-public address (``http://10.0.0.5/``) is not allowed
+    by being the URL's: the target must list it, as an HTTP tool must.
+    """
     host = httpx.URL(url).host
-    return ssrf.Guard.from_entries([host, *allowed_hosts], internal_hosts())
+    address = ssrf.as_address(host) if host else None
+    own = [] if address is not None and ssrf.address_problem(address) else [host]
+    return ssrf.Guard.from_entries([*own, *allowed_hosts], internal_hosts())
 
 
 def url_problem(url: str, allowed_hosts: list[str]) -> str | None:
