@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: How far a request's timestamp may be from now (Slack's rule).
 MAX_AGE_S = 5 * 60
+#: No signing secret: there is no Slack integration to refuse anything for.
+NOT_CONFIGURED = "not_configured"
 
 
 @dataclass
@@ -63,7 +65,8 @@ def slack_interaction(
     try:
         payload = _verified_payload(body, timestamp, signature)
     except Refused as exc:
-        _refused(exc.reason, exc.message)
+        if exc.reason != NOT_CONFIGURED:
+            _refused(exc.reason, exc.message)
         return Answer(exc.status, {"ok": False, "error": exc.message})
     kind = payload.get("type")
     if kind == "block_actions":
@@ -79,7 +82,8 @@ def _verified_payload(
     try:
         secret = slack.signing_secret()
     except slack.SlackNotConfigured as exc:
-        raise Refused("not_configured", str(exc), 503) from exc
+        # No Slack integration here at all: nothing to answer for.
+        raise Refused(NOT_CONFIGURED, str(exc), 404) from exc
     if not timestamp or not signature:
         raise Refused(
             "unsigned", "The request carries no Slack signature or timestamp.", 401

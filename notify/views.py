@@ -58,7 +58,7 @@ class SlackInteractions(APIView):
             400: ErrorSchema,
             401: OpenApiResponse(ErrorSchema, "Unsigned, forged or stale"),
             409: OpenApiResponse(ErrorSchema, "A replayed request"),
-            503: OpenApiResponse(ErrorSchema, "No Slack signing secret configured"),
+            404: OpenApiResponse(ErrorSchema, "No Slack signing secret configured"),
         },
         auth=[],
     )

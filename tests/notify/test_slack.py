@@ -316,6 +316,13 @@ def test_an_unsigned_request_is_refused(fake_slack, slack_channel, email_waiting
     assert refusals("unsigned")
 
 
+def test_without_a_signing_secret_there_is_no_slack_endpoint(db):
+    response = interact({"type": "block_actions", "actions": []})
+
+    assert response.status_code == 404
+    assert "No Slack signing secret" in response.json()["error"]
+
+
 def test_a_stale_timestamp_is_refused_even_when_signed_right(
     fake_slack, slack_channel, email_waiting
 ):

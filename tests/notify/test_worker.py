@@ -34,8 +34,9 @@ def test_the_worker_sends_a_webhook_after_its_commit(stack, local_server):
 
     wait_for(lambda: receiver.hits, what="the worker's POST", detail=worker.tail)
     wait_for(
-        lambda: Delivery.objects.get(pk=delivery.pk).status
-        == Delivery.Status.DELIVERED,
+        lambda: (
+            Delivery.objects.get(pk=delivery.pk).status == Delivery.Status.DELIVERED
+        ),
         what="the delivery recorded as delivered",
         detail=worker.tail,
     )
@@ -61,8 +62,9 @@ def test_the_sweep_sends_a_delivery_whose_enqueue_was_lost(stack, local_server):
 
     wait_for(lambda: receiver.hits, what="the sweep's POST", detail=worker.tail)
     wait_for(
-        lambda: Delivery.objects.get(pk=delivery.pk).status
-        == Delivery.Status.DELIVERED,
+        lambda: (
+            Delivery.objects.get(pk=delivery.pk).status == Delivery.Status.DELIVERED
+        ),
         what="the delivery recorded as delivered",
         detail=worker.tail,
     )
