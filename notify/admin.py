@@ -13,7 +13,12 @@ from django.http import HttpRequest
 from infra.admin import ReadOnlyAdmin
 from notify import webhooks
 from notify.models import Delivery, DeliveryAttempt, NotifyEvent, NotifyTarget
-from notify.services import delivery_retry, target_saved, target_secret_generate
+from notify.services import (
+    delivery_retry,
+    target_deleted,
+    target_saved,
+    target_secret_generate,
+)
 
 
 class NotifyTargetForm(forms.ModelForm):
@@ -82,6 +87,15 @@ class NotifyTargetAdmin(admin.ModelAdmin):
         target_saved(target=obj, by=request.user, created=not change)
         if obj.kind == NotifyTarget.Kind.WEBHOOK and not obj.secret_name:
             self._show_new_secret(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: NotifyTarget) -> None:
+        target_deleted(target=obj, by=request.user)
+
+    def delete_queryset(
+        self, request: HttpRequest, queryset: QuerySet[NotifyTarget]
+    ) -> None:
+        for target in queryset:
+            target_deleted(target=target, by=request.user)
 
     @admin.action(description="Generate a new signing secret (shown once)")
     def generate_secret(

@@ -181,6 +181,20 @@ def target_saved(*, target: NotifyTarget, by: Any, created: bool) -> None:
     )
 
 
+def target_deleted(*, target: NotifyTarget, by: Any) -> None:
+    """Delete ``target``, audited; its deliveries stay in the log (and are
+    still sent: each carries its own URL and secret name)."""
+    with transaction.atomic():
+        audit_append(
+            kind=AuditKind.NOTIFY_TARGET_CHANGED,
+            actor=by,
+            object_type="notify_target",
+            object_id=target.pk,
+            data={"deleted": True, "name": target.name, "kind": target.kind},
+        )
+        target.delete()
+
+
 def target_secret_generate(*, target: NotifyTarget, by: Any) -> str:
     """A new random signing secret for ``target``, stored encrypted under its
     ``secret_name`` (``NOTIFY_<id>`` when blank); returned to be shown once."""

@@ -16,12 +16,15 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from approvals.models import ApprovalRequest
+from approvals.services import approvals_expire
 from audit.models import AuditEvent, AuditKind
 from notify.delivery import deliveries_sweep, delivery_attempt
 from notify.models import Delivery, NotifyTarget
 from notify.services import NotifyError, queue_webhook, target_secret_generate
 from registry.adapters import ssrf
 from registry.secrets import secret_set, secret_value
+from runs.models import Task
 from tests.support.cast import EMAIL_PREVIEW
 from tests.support.clients import bearer_client, post_decision
 from tests.support.http_servers import Hit, Reply, Sequence
@@ -118,6 +121,24 @@ def test_a_target_gets_only_the_events_it_chose(local_server, email_waiting, dem
     deliveries_sweep()
 
     assert [h.headers["x-reach-event"] for h in receiver.hits] == ["approval.decided"]
+
+
+def test_an_evaluations_requests_are_announced_to_nobody(
+    local_server, email_waiting, demo
+):
+    receiver = local_server(lambda hit: Reply(status=200))
+    webhook(receiver)
+    task, [approval], _ = email_waiting()
+    # The same request, as if an evaluation's run had opened it.
+    Task.objects.filter(pk=task.pk).update(eval_case={"report": "r", "case": "c"})
+    ApprovalRequest.objects.filter(pk=approval.pk).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    assert approvals_expire() == 1
+
+    events = Delivery.objects.filter(approval_id=str(approval.pk))
+    assert list(events.values_list("event", flat=True)) == ["approval.requested"]
 
 
 def test_a_receiver_that_answers_500_gets_it_again_after_a_backoff(
@@ -311,6 +332,20 @@ def test_the_admin_adds_a_webhook_shows_its_secret_once_and_audits_it(
     changed = AuditEvent.objects.get(kind=AuditKind.NOTIFY_TARGET_CHANGED)
     assert changed.actor == "admin" and changed.data["url"] == receiver.url("/hook")
     assert AuditEvent.objects.filter(kind=AuditKind.NOTIFY_SECRET_GENERATED).exists()
+
+
+def test_deleting_a_target_in_the_admin_is_audited(demo):
+    target = NotifyTarget.objects.create(
+        name="old", kind=NotifyTarget.Kind.SLACK_CHANNEL, slack_channel="C1"
+    )
+    client = Client()
+    client.force_login(demo.admin)
+
+    client.post(f"/admin/notify/notifytarget/{target.pk}/delete/", {"post": "yes"})
+
+    assert not NotifyTarget.objects.exists()
+    event = AuditEvent.objects.get(kind=AuditKind.NOTIFY_TARGET_CHANGED)
+    assert event.data == {"deleted": True, "name": "old", "kind": "slack_channel"}
 
 
 def test_the_admin_refuses_a_webhook_to_a_private_address_it_does_not_list(demo):
