@@ -127,6 +127,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "short_error",
     )
     list_filter = ("status", "channel", "event", "target")
+    list_select_related = ("target",)
     search_fields = ("approval_id", "url", "key")
     readonly_fields = (
         "id",

@@ -64,7 +64,7 @@ class SlackInteractions(APIView):
     )
     def post(self, request: Request) -> Response:
         # The raw body, exactly as signed (read before anything parses it).
-        body = request._request.body
+        body = request.body
         answer = slack_interaction(
             body=body,
             timestamp=request.headers.get("X-Slack-Request-Timestamp"),
