@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
+from django.utils.formats import localize
 
 from approvals.models import ApprovalRequest
 from approvals.services import approvals_expire
@@ -386,7 +387,7 @@ def test_the_delivery_log_shows_attempts_status_codes_errors_and_next_attempt(
 
     assert "approval.requested" in listed and "HTTP 500: boom" in listed
     assert "500" in detail and "boom" in detail
-    assert timezone.localtime(delivery.next_attempt_at).strftime("%H:%M") in detail
+    assert localize(timezone.template_localtime(delivery.next_attempt_at)) in detail
 
     client.post(
         "/admin/notify/delivery/",
