@@ -17,7 +17,7 @@ from django.conf import settings
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalDecision, ApprovalRequest
 from infra.runtime import redactor
 from notify.payloads import queue_url
 from registry.secrets import secret_value
@@ -153,6 +153,9 @@ def outcome_text(approval: ApprovalRequest) -> str:
     """Who decided what, when (or how the request otherwise ended)."""
     status = ApprovalRequest.Status(approval.status)
     said = ENDED_AS.get(status, status.label)
+    if approval.decision in (ApprovalDecision.MARK_DONE, ApprovalDecision.RETRY):
+        # A recovery request: say which of its two approvals it was.
+        said += f" ({ApprovalDecision(approval.decision).label})"
     if approval.decided_by is not None:
         said += f" by *{escape(approval.decided_by.get_username())}*"
     if approval.decided_at is not None:

@@ -18,6 +18,7 @@ from approvals.services import approvals_expire
 from audit.models import AuditEvent, AuditKind
 from notify.delivery import deliveries_sweep
 from notify.models import Delivery, NotifyTarget, SlackMessage
+from notify.slack import outcome_text
 from runs.models import Step
 from tests.support.cast import EMAIL_PREVIEW
 from tests.support.clients import bearer_client, post_decision
@@ -494,3 +495,16 @@ def test_an_update_waits_for_the_message_it_updates(
     [message] = fake_slack.messages.values()
     assert "Approved by *operator*" in texts(message["blocks"])
     assert not Delivery.objects.exclude(status=Delivery.Status.DELIVERED).exists()
+
+
+def test_the_outcome_of_a_recovery_request_says_which_approval_it_was(demo):
+    done = ApprovalRequest(
+        status=ApprovalRequest.Status.APPROVED,
+        decision="mark_done",
+        decided_by=demo.operator,
+        decided_at=timezone.now(),
+    )
+
+    said = outcome_text(done)
+
+    assert said.startswith(":white_check_mark: Approved (marked done) by *operator*")
