@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import Signal
 from django.template.loader import render_to_string
 
 from approvals.payloads import approval_payload
@@ -12,11 +13,20 @@ from approvals.selectors import approval_shown
 from infra.push import APPROVALS_GROUP, push
 from infra.runtime import redactor
 
+#: Sent with ``approval_id`` whenever a request is created, voted on, decided,
+#: expired or cancelled, inside the caller's transaction (after the change): a
+#: receiver writes its rows in that transaction and defers anything slow to
+#: ``on_commit``. Approvals imports no listener; one connects in its own app's
+#: ``ready`` (``notify``: Slack messages and webhooks, notify/apps.py).
+approval_changed = Signal()
+
 
 def approval_changed_on_commit(approval_id: Any) -> None:
-    """After commit, tell the approval queues that this request changed."""
+    """After commit, tell the approval queues that this request changed (and
+    the listeners of :data:`approval_changed`, now, in the transaction)."""
     message = {"type": "reach.approval", "id": str(approval_id)}
     transaction.on_commit(lambda: push(APPROVALS_GROUP, message))
+    approval_changed.send(sender=None, approval_id=approval_id)
 
 
 def load_approval_event(approval_id: Any) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from approvals.models import ApprovalRequest
@@ -12,6 +13,33 @@ from approvals.models import ApprovalRequest
 #: The requests people see: an evaluation's are decided by its simulated
 #: approver (``evals.services``), nobody else.
 SHOWN_TO_PEOPLE = Q(task__eval_case__isnull=True)
+
+
+def may_decide(user: Any, request: ApprovalRequest) -> bool:
+    """Whether ``user`` may decide ``request``: an approver
+    (``approvals.decide_approval``, ``approvals.services.DECIDE_PERMISSION``) who
+    is not the requester. What a channel outside the queue (Slack) asks before
+    it calls ``approval_decide``, which enforces the same rule.
+    """
+    return bool(
+        user.is_authenticated
+        and user.is_active
+        and user.has_perm("approvals.decide_approval")
+        and user.pk != request.requested_by_id
+    )
+
+
+def approvers_for(request: ApprovalRequest) -> QuerySet[Any]:
+    """The people who may decide ``request``, by id: active approvers (and
+    superusers) other than its requester (the rule of :func:`may_decide`)."""
+    return (
+        get_user_model()
+        .objects.with_perm(
+            "approvals.decide_approval", is_active=True, include_superusers=True
+        )
+        .exclude(pk=request.requested_by_id)
+        .order_by("pk")
+    )
 
 
 def approvals_shown() -> QuerySet[ApprovalRequest]:

@@ -48,6 +48,15 @@ class AuditKind(models.TextChoices):
     SECRETS_ROTATION_INCOMPLETE = "secrets.rotation_incomplete"
     BACKUP_CREATED = "backup.created"
     BACKUP_RESTORED = "backup.restored"
+    # Notify (Slack, webhooks): where requests are announced, a signing secret
+    # made, a delivery given up or sent again, a Slack interaction accepted or
+    # refused (forged, stale, replayed, unknown user, not an approver).
+    NOTIFY_TARGET_CHANGED = "notify.target_changed"
+    NOTIFY_SECRET_GENERATED = "notify.secret_generated"
+    NOTIFY_DELIVERY_FAILED = "notify.delivery_failed"
+    NOTIFY_DELIVERY_RETRIED = "notify.delivery_retried"
+    SLACK_INTERACTION = "slack.interaction"
+    SLACK_INTERACTION_REFUSED = "slack.interaction_refused"
 
 
 class AuditEvent(models.Model):

@@ -20,6 +20,9 @@ def add_schedule(app: Celery, *, reaper_interval_s: float) -> None:
         30.0, app.signature("agents.dispatch_outbox"), name="dispatch outbox"
     )
     app.add_periodic_task(
+        30.0, app.signature("notify.sweep"), name="send notify deliveries"
+    )
+    app.add_periodic_task(
         3600.0, app.signature("traces.purge"), name="purge old traces"
     )
     app.add_periodic_task(

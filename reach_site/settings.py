@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "traces",
     "memory",
     "feedback",
+    "notify",
     "evals",
     "gateway",
     "console",
@@ -385,6 +386,21 @@ REACH_MCP_MAX_WAIT_S = env_float("REACH_MCP_MAX_WAIT_S", 0.0)
 
 REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")
+# Notify (notify/): Slack's Web API, the names of the secrets (the admin's
+# Secrets or REACH_SECRET_<NAME>) of the bot token and the signing secret; the
+# webhooks' timeout; the deliveries' retries (doubling from the backoff).
+REACH_SLACK_API_URL = env_str("REACH_SLACK_API_URL", "https://slack.com/api/")
+REACH_SLACK_BOT_TOKEN_SECRET = env_str(
+    "REACH_SLACK_BOT_TOKEN_SECRET", "SLACK_BOT_TOKEN"
+)
+REACH_SLACK_SIGNING_SECRET = env_str(
+    "REACH_SLACK_SIGNING_SECRET", "SLACK_SIGNING_SECRET"
+)
+REACH_SLACK_TIMEOUT_S = env_int("REACH_SLACK_TIMEOUT_S", 5)
+REACH_WEBHOOK_TIMEOUT_S = env_float("REACH_WEBHOOK_TIMEOUT_S", 5.0)
+REACH_NOTIFY_MAX_ATTEMPTS = env_int("REACH_NOTIFY_MAX_ATTEMPTS", 10)
+REACH_NOTIFY_BACKOFF_S = env_float("REACH_NOTIFY_BACKOFF_S", 30.0)
+REACH_NOTIFY_BACKOFF_MAX_S = env_float("REACH_NOTIFY_BACKOFF_MAX_S", 3600.0)
 # Traces: how long finished runs are kept (0 keeps them for ever).
 REACH_TRACE_RETENTION_DAYS = env_int("REACH_TRACE_RETENTION_DAYS", 0)
 # The review queue (feedback/): the share of finished runs with no thumbs down

@@ -106,6 +106,7 @@ urlpatterns = [
     path("traces/stats/", traces_views.trace_stats, name="trace-stats"),
     path("traces/<uuid:task_id>/", traces_views.trace_detail, name="trace"),
     path("admin/", admin.site.urls),
+    path("integrations/", include("notify.urls")),
     path("api/", include(api_patterns)),
     path("healthz", healthz),
     path(
