@@ -41,6 +41,12 @@ class AuditKind(models.TextChoices):
     TRACE_EXPORTED = "trace.exported"
     TRACE_IMPORTED = "trace.imported"
     TRACES_PURGED = "traces.purged"
+    # Single sign-on (sso/): a sign-in through the provider, one refused (with
+    # its reason), a user made by the first sign-in, and the groups it mapped.
+    SSO_LOGIN = "sso.login"
+    SSO_LOGIN_REFUSED = "sso.login_refused"
+    SSO_USER_CREATED = "sso.user_created"
+    USER_GROUPS_CHANGED = "user.groups_changed"
 
 
 class AuditEvent(models.Model):
