@@ -153,6 +153,9 @@ class OIDCProvider(Started):
             ("GET", "/userinfo"): self._userinfo,
         }
         handler = routes.get((hit.method, hit.path))
+        if hit.path.endswith("/.well-known/openid-configuration"):
+            # Asked under another issuer's path, it still names its own.
+            handler = self._discovery
         if handler is None:
             return Reply(status=404, data={"error": "not_found"})
         return handler(hit)
