@@ -10,9 +10,10 @@ is audited as ``sso.login_refused`` with its reason.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 import pytest
+import requests
 from django.contrib.auth import get_user_model
 from django.contrib.messages import get_messages
 from django.test import override_settings
@@ -313,3 +314,16 @@ def test_no_client_secret_is_refused_with_where_to_set_it(client, idp):
         RefusalReason.NOT_CONFIGURED,
         "REACH_SECRET_OIDC_CLIENT_SECRET",
     )
+
+
+def test_a_sign_in_that_took_too_long_is_refused(client, idp):
+    idp.sign_in_as(**NEWCOMER)
+    start = client.get("/oidc/authenticate/")
+    session = client.session
+    state = next(iter(session["oidc_states"]))
+    session["oidc_states"][state]["added_on"] -= 11 * 60
+    session.save()
+    answer = requests.get(start["Location"], allow_redirects=False, timeout=10)
+    back = urlsplit(answer.headers["Location"])
+    response = client.get(f"{back.path}?{back.query}")
+    assert_refused(client, response, RefusalReason.BAD_STATE, "longer than 10 minutes")
