@@ -42,10 +42,12 @@ class AuditKind(models.TextChoices):
     TRACE_IMPORTED = "trace.imported"
     TRACES_PURGED = "traces.purged"
     # Single sign-on (sso/): a sign-in through the provider, one refused (with
-    # its reason), a user made by the first sign-in, and the groups it mapped.
+    # its reason), a user made by the first sign-in, the groups it mapped, and a
+    # provider account's binding to its user deleted by an admin.
     SSO_LOGIN = "sso.login"
     SSO_LOGIN_REFUSED = "sso.login_refused"
     SSO_USER_CREATED = "sso.user_created"
+    SSO_IDENTITY_UNBOUND = "sso.identity_unbound"
     USER_GROUPS_CHANGED = "user.groups_changed"
 
 

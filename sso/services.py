@@ -243,6 +243,24 @@ def _audit_sign_in(
     )
 
 
+def sso_identity_unbind(*, identity: SSOIdentity, actor: Any) -> None:
+    """Forget which provider account signs in as this user (an admin's delete).
+
+    The next sign-in of that user matches by verified e-mail again, so a person
+    whose account at the provider was made anew (a new subject) can come back.
+    Audited with the admin as actor.
+    """
+    with transaction.atomic():
+        audit_append(
+            kind=AuditKind.SSO_IDENTITY_UNBOUND,
+            actor=actor,
+            object_type="user",
+            object_id=identity.user_id,
+            data={"issuer": identity.issuer, "subject": identity.subject},
+        )
+        identity.delete()
+
+
 def sso_refusal_record(*, reason: RefusalReason, issuer: str, detail: str = "") -> None:
     """Audit a refused sign-in (the view calls this after the refusal)."""
     audit_append(

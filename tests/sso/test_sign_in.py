@@ -232,3 +232,60 @@ def test_password_logins_still_work_beside_it(client, idp, alice):
     assert signed_in_user(client) == alice
     # A password login never reaches the provider.
     assert [hit.path for hit in idp.hits] == []
+
+
+def test_a_next_address_on_another_site_is_not_followed(client, idp):
+    idp.sign_in_as(sub="u-gil", email="gil@corp.example")
+    callback = sign_in_through(client, idp, next_url="https://evil.example/")
+    assert callback.response["Location"] == "/"
+    assert signed_in_user(client).email == "gil@corp.example"
+
+
+def test_an_admin_unbinds_an_identity_and_the_next_sign_in_binds_the_new_one(
+    client, idp, alice, admin_user
+):
+    idp.sign_in_as(sub="u-alice-old", email="alice@example.com")
+    sign_in_through(client, idp)
+    identity = SSOIdentity.objects.get(user=alice)
+    client.logout()
+
+    client.force_login(admin_user)
+    page = client.get(f"/admin/sso/ssoidentity/{identity.pk}/change/")
+    assert page.status_code == 200 and "u-alice-old" in page.content.decode()
+    deleted = client.post(
+        f"/admin/sso/ssoidentity/{identity.pk}/delete/", {"post": "yes"}
+    )
+    assert deleted.status_code == 302
+    assert not SSOIdentity.objects.exists()
+    unbound = AuditEvent.objects.get(kind=AuditKind.SSO_IDENTITY_UNBOUND)
+    assert unbound.actor == "admin"
+    assert unbound.data == {"issuer": idp.issuer, "subject": "u-alice-old"}
+    client.logout()
+
+    # alice's account at the provider was made anew: a new subject, same address.
+    idp.sign_in_as(sub="u-alice-new", email="alice@example.com")
+    sign_in_through(client, idp)
+    assert signed_in_user(client) == alice
+    assert SSOIdentity.objects.get(user=alice).subject == "u-alice-new"
+
+
+def test_the_admin_bulk_delete_is_audited_for_each_identity(client, idp, admin_user):
+    for sub, email in [("u-h", "h@corp.example"), ("u-i", "i@corp.example")]:
+        idp.sign_in_as(sub=sub, email=email)
+        sign_in_through(client, idp)
+        client.logout()
+    client.force_login(admin_user)
+    answer = client.post(
+        "/admin/sso/ssoidentity/",
+        {
+            "action": "delete_selected",
+            "_selected_action": list(SSOIdentity.objects.values_list("pk", flat=True)),
+            "post": "yes",
+        },
+    )
+    assert answer.status_code == 302
+    assert not SSOIdentity.objects.exists()
+    assert sorted(
+        e.data["subject"]
+        for e in AuditEvent.objects.filter(kind=AuditKind.SSO_IDENTITY_UNBOUND)
+    ) == ["u-h", "u-i"]
