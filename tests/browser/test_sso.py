@@ -40,6 +40,7 @@ def test_a_newcomer_signs_in_with_the_provider_and_lands_in_the_chat_with_mapped
     page.goto("/accounts/login/")
     button = page.get_by_role("link", name=f"Sign in with {PROVIDER_NAME}")
     expect(button).to_be_visible()
+    page.screenshot(path="/tmp/reach-sso-login.png")
     button.click()
 
     expect(page).to_have_url(f"{stack.web_url}/", timeout=TIMEOUT_MS)
