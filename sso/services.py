@@ -90,7 +90,12 @@ def _match_user(
     created = False
     if users:
         user = users[0]
-        if SSOIdentity.objects.filter(user=user, issuer=provider.issuer).exists():
+        bound = SSOIdentity.objects.filter(user=user, issuer=provider.issuer).first()
+        if bound is not None and bound.subject == subject:
+            # Bound since the lookup above, by a sign-in of the same subject
+            # that committed in between (two tabs at once).
+            return _match_user(provider=provider, subject=subject, email=email)
+        if bound is not None:
             raise SSORefused(
                 RefusalReason.AMBIGUOUS_EMAIL,
                 f"The account with the e-mail {email} signs in as another "
