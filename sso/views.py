@@ -97,13 +97,20 @@ class SSOCallback(_ProviderSettings, OIDCAuthenticationCallbackView):
         states = states if isinstance(states, dict) else {}
         state = request.GET.get("state", "")
         if request.GET.get("error"):
-            # Spent, whatever the provider said: a replay finds nothing.
-            if states.pop(state, None) is not None:
-                request.session.save()
-            description = request.GET.get("error_description", "")
+            # Spent, whatever the provider said: a replay finds nothing. The
+            # provider's words are shown only for a sign-in this browser started:
+            # anyone can make a link that carries ?error_description=.
+            if states.pop(state, None) is None:
+                raise SSORefused(
+                    RefusalReason.BAD_STATE,
+                    "This sign-in was not started in this browser (unknown state).",
+                )
+            request.session.save()
+            error = request.GET["error"][:100]
+            description = request.GET.get("error_description", "")[:300]
             raise SSORefused(
                 RefusalReason.PROVIDER_ERROR,
-                f"{name} answered {request.GET['error']!r}"
+                f"{name} answered {error!r}"
                 + (f": {description}" if description else "."),
             )
         if not state or not request.GET.get("code"):

@@ -327,3 +327,17 @@ def test_a_sign_in_that_took_too_long_is_refused(client, idp):
     back = urlsplit(answer.headers["Location"])
     response = client.get(f"{back.path}?{back.query}")
     assert_refused(client, response, RefusalReason.BAD_STATE, "longer than 10 minutes")
+
+
+def test_an_error_callback_this_browser_did_not_start_shows_none_of_its_words(
+    client, idp
+):
+    client.get("/oidc/authenticate/")
+    lure = "Your account is locked: call +1 555 0100"
+    response = client.get(
+        "/oidc/callback/?"
+        + urlencode({"error": "access_denied", "error_description": lure})
+    )
+    page = assert_refused(client, response, RefusalReason.BAD_STATE, "unknown state")
+    assert "555 0100" not in page
+    assert "555 0100" not in str(AuditEvent.objects.last().data)
