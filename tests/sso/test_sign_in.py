@@ -289,3 +289,24 @@ def test_the_admin_bulk_delete_is_audited_for_each_identity(client, idp, admin_u
         e.data["subject"]
         for e in AuditEvent.objects.filter(kind=AuditKind.SSO_IDENTITY_UNBOUND)
     ) == ["u-h", "u-i"]
+
+
+def test_a_signed_in_session_is_served_without_asking_the_provider(client, idp):
+    idp.sign_in_as(sub="u-jo", email="jo@corp.example")
+    sign_in_through(client, idp)
+    asked = len(idp.hits)
+    assert client.get("/").status_code == 200
+    assert client.get("/traces/").status_code == 200
+    assert len(idp.hits) == asked
+
+
+def test_turning_single_sign_on_off_ends_the_sessions_it_made(client, idp):
+    idp.sign_in_as(sub="u-jo", email="jo@corp.example")
+    sign_in_through(client, idp)
+    with override_settings(
+        REACH_OIDC_ENABLED=False,
+        AUTHENTICATION_BACKENDS=["django.contrib.auth.backends.ModelBackend"],
+    ):
+        answer = client.get("/")
+    assert answer.status_code == 302
+    assert answer["Location"].startswith("/accounts/login/")
