@@ -119,7 +119,7 @@ class SSOCallback(_ProviderSettings, OIDCAuthenticationCallbackView):
                 "The provider's answer lacks its code or state; start again.",
             )
         entry = states.pop(state, None)
-        if not isinstance(entry, dict):
+        if not isinstance(entry, dict) or not entry.get("nonce"):
             raise SSORefused(
                 RefusalReason.BAD_STATE,
                 "This sign-in was not started in this browser, or was already "
