@@ -57,6 +57,14 @@ class AuditKind(models.TextChoices):
     NOTIFY_DELIVERY_RETRIED = "notify.delivery_retried"
     SLACK_INTERACTION = "slack.interaction"
     SLACK_INTERACTION_REFUSED = "slack.interaction_refused"
+    # Single sign-on (sso/): a sign-in through the provider, one refused (with
+    # its reason), a user made by the first sign-in, the groups it mapped, and a
+    # provider account's binding to its user deleted by an admin.
+    SSO_LOGIN = "sso.login"
+    SSO_LOGIN_REFUSED = "sso.login_refused"
+    SSO_USER_CREATED = "sso.user_created"
+    SSO_IDENTITY_UNBOUND = "sso.identity_unbound"
+    USER_GROUPS_CHANGED = "user.groups_changed"
 
 
 class AuditEvent(models.Model):

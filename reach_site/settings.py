@@ -111,6 +111,7 @@ INSTALLED_APPS = [
     "gateway",
     "console",
     "backups",
+    "sso",
 ]
 
 MIDDLEWARE = [
@@ -201,6 +202,33 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+# Single sign-on (sso/, README "Single sign-on"): OpenID Connect, off unless an
+# issuer and a client id are set. The client secret is the secret
+# OIDC_CLIENT_SECRET (REACH_SECRET_OIDC_CLIENT_SECRET, or Admin -> Secrets).
+REACH_OIDC_ISSUER = env_str("REACH_OIDC_ISSUER")
+REACH_OIDC_CLIENT_ID = env_str("REACH_OIDC_CLIENT_ID")
+REACH_OIDC_ENABLED = bool(REACH_OIDC_ISSUER and REACH_OIDC_CLIENT_ID)
+REACH_OIDC_PROVIDER_NAME = env_str("REACH_OIDC_PROVIDER_NAME", "single sign-on")
+# Endpoints found by discovery (<issuer>/.well-known/openid-configuration)
+# unless set here.
+REACH_OIDC_AUTHORIZATION_ENDPOINT = env_str("REACH_OIDC_AUTHORIZATION_ENDPOINT")
+REACH_OIDC_TOKEN_ENDPOINT = env_str("REACH_OIDC_TOKEN_ENDPOINT")
+REACH_OIDC_USERINFO_ENDPOINT = env_str("REACH_OIDC_USERINFO_ENDPOINT")
+REACH_OIDC_JWKS_URI = env_str("REACH_OIDC_JWKS_URI")
+REACH_OIDC_SCOPES = env_str("REACH_OIDC_SCOPES", "openid email profile")
+REACH_OIDC_SIGN_ALGO = env_str("REACH_OIDC_SIGN_ALGO", "RS256")
+REACH_OIDC_GROUPS_CLAIM = env_str("REACH_OIDC_GROUPS_CLAIM", "groups")
+# "idp-approvers=approvers,idp-ops=operators": provider group=product group.
+REACH_OIDC_GROUP_MAP = env_str("REACH_OIDC_GROUP_MAP")
+REACH_OIDC_EMAIL_VERIFIED_CLAIM = env_str(
+    "REACH_OIDC_EMAIL_VERIFIED_CLAIM", "email_verified"
+)
+REACH_OIDC_CREATE_USERS = env_bool("REACH_OIDC_CREATE_USERS", True)
+REACH_OIDC_TIMEOUT_S = env_float("REACH_OIDC_TIMEOUT_S", 10.0)
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    *(["sso.backend.SSOBackend"] if REACH_OIDC_ENABLED else []),
 ]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"

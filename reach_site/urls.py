@@ -78,6 +78,8 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Single sign-on (sso/): off to the provider and back; 404 when not configured.
+    path("oidc/", include("sso.urls")),
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
     path("console/", include("console.urls")),

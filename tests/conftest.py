@@ -20,9 +20,14 @@ from tests.support.cast import PASSWORD
 from tests.support.redis_server import BundledRedis
 from tests.support.stack import Stack
 
-#: The ``browser`` fixture (Debian's Chromium through Playwright) and
-#: ``local_server`` (loopback HTTP servers, for the registry and fuzz tests).
-pytest_plugins = ["tests.support.browser", "tests.support.http_servers"]
+#: The ``browser`` fixture (Debian's Chromium through Playwright),
+#: ``local_server`` (loopback HTTP servers, for the registry and fuzz tests) and
+#: ``oidc_provider`` (a local OpenID provider, for the single sign-on tests).
+pytest_plugins = [
+    "tests.support.browser",
+    "tests.support.http_servers",
+    "tests.support.oidc_provider",
+]
 
 
 @pytest.fixture(scope="session", autouse=True)
