@@ -8,10 +8,11 @@ import re
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 from django_otp.plugins.otp_static.models import StaticToken
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
-from accounts import services
+from accounts import policy, services
 from audit.models import AuditEvent, AuditKind
 from tests.support.clients import logged_in
 from tests.support.sign_in import (
@@ -225,3 +226,26 @@ def test_new_recovery_codes_and_turning_it_off_need_the_password_and_a_code(demo
     assert AuditEvent.objects.filter(kind=AuditKind.AUTH_2FA_DISABLED).count() == 1
     # Without a device, the password alone logs in again.
     assert post_login(Client(), "alice", demo.password)["Location"] == "/"
+
+
+def test_wrong_codes_lock_the_account_like_wrong_passwords(demo, settings):
+    settings.REACH_LOGIN_FAILURES_PER_ACCOUNT = 2
+    device, _ = enrol(demo.alice)
+    client = password_step(demo.alice, demo.password)
+    assert client.post("/accounts/login/code/", {"code": "123456"}).status_code == 400
+
+    locked = client.post("/accounts/login/code/", {"code": "654321"})
+
+    assert locked.status_code == 429
+    assert "Too many failed logins for this account." in locked.content.decode()
+    # The right code is refused too while the lock lasts.
+    right = client.post(
+        "/accounts/login/code/", {"code": totp_code(device, at=next_step_time(device))}
+    )
+    assert right.status_code == 429
+    assert client.get("/")["Location"].startswith("/accounts/login/")
+
+
+def test_the_policy_links_to_the_pages_the_site_serves():
+    assert reverse("two-factor") == policy.ENROL_PATH
+    assert reverse("login-code") == policy.VERIFY_PATH
