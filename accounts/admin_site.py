@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.utils.http import urlencode
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 
 from accounts import policy
 
@@ -29,7 +29,13 @@ class ReachAdminSite(admin.AdminSite):
 
     def login(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         """Where the admin sends whoever it does not let in."""
-        target = request.GET.get("next") or reverse("admin:index")
+        target = request.GET.get("next") or ""
+        if not url_has_allowed_host_and_scheme(
+            target,
+            allowed_hosts={request.get_host()},
+            require_https=request.is_secure(),
+        ):
+            target = reverse("admin:index")
         user = request.user
         if self.has_permission(request):
             return redirect(target)

@@ -253,7 +253,7 @@ def lockout_response(
     response = render(
         request,
         "registration/login.html",
-        {"form": form, "lockout": lockout.message, "username_value": username},
+        {"form": form, "lockout": lockout.message},
         status=429,
     )
     response["Retry-After"] = str(max(1, lockout.wait_s))

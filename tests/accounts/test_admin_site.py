@@ -70,3 +70,8 @@ def test_a_session_of_staff_that_never_passed_the_code_is_asked_for_one(
     done = client.post("/accounts/login/code/", {"code": code, "next": "/admin/"})
     assert done["Location"] == "/admin/"
     assert client.get("/admin/").status_code == 200
+
+
+def test_the_admins_login_sends_nobody_to_another_site(admin_user):
+    response = logged_in(admin_user).get("/admin/login/?next=https://evil.example/")
+    assert response.status_code == 302 and response["Location"] == "/admin/"
