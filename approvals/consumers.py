@@ -7,14 +7,20 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
+from accounts.policy import mark_provider_sign_in, session_passed
 from approvals.events import load_approval_event
-from approvals.services import can_decide
+from approvals.services import can_decide, decide_refusal
 from infra.push import APPROVALS_GROUP
-from runs.consumers import REFUSED, ReachConsumer
+from runs.consumers import REFUSED, ReachConsumer, offered_token
 
 
 class ApprovalsConsumer(ReachConsumer):
     async def authorize(self, user: Any) -> bool:
+        # A browser's socket carries its session (whether it passed the second
+        # factor); a token's has none to pass.
+        self.session = (
+            self.scope.get("session") if offered_token(self.scope) is None else None
+        )
         return bool(await database_sync_to_async(can_decide)(user))
 
     def groups_for(self, user: Any) -> list[str]:
@@ -26,7 +32,7 @@ class ApprovalsConsumer(ReachConsumer):
         if not self.groups_joined:
             return  # Closed for a revoked permission; a poke was already queued.
         allowed, event = await database_sync_to_async(_event_for)(
-            self.scope["user"].pk, message["id"]
+            self.scope["user"].pk, message["id"], self.session
         )
         if not allowed:
             # Close as a refused connect does; leave the groups at once, so
@@ -42,8 +48,12 @@ class ApprovalsConsumer(ReachConsumer):
         await self.send_json({"type": "error", "error": "This socket only sends."})
 
 
-def _event_for(user_id: Any, approval_id: Any) -> tuple[bool, dict[str, Any] | None]:
-    """Whether the user may still decide, and if so the approval's event.
+def _event_for(
+    user_id: Any, approval_id: Any, session: Any = None
+) -> tuple[bool, dict[str, Any] | None]:
+    """Whether the user may still decide, and if so the approval's event (its
+    card's buttons disabled, with the reason, while the user may read the queue
+    but not decide for want of a second factor).
 
     A card carries the full arguments, so the permission checked on connect is
     checked again on every event: read the user afresh (the scope's user caches
@@ -53,4 +63,7 @@ def _event_for(user_id: Any, approval_id: Any) -> tuple[bool, dict[str, Any] | N
     user = get_user_model().objects.filter(pk=user_id).first()
     if user is None or not can_decide(user):
         return False, None
-    return True, load_approval_event(approval_id)
+    mark_provider_sign_in(user, session)
+    verified = session_passed(session, user) if session is not None else None
+    refusal = decide_refusal(user, verified=verified)
+    return True, load_approval_event(approval_id, decide_refusal=refusal)

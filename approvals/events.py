@@ -29,13 +29,20 @@ def approval_changed_on_commit(approval_id: Any) -> None:
     approval_changed.send(sender=None, approval_id=approval_id)
 
 
-def load_approval_event(approval_id: Any) -> dict[str, Any] | None:
-    """The approval event, with its rendered card (the consumer's side)."""
+def load_approval_event(
+    approval_id: Any, *, decide_refusal: Any = None
+) -> dict[str, Any] | None:
+    """The approval event, with its rendered card (the consumer's side); a
+    listener who may not decide (``decide_refusal``) gets its buttons disabled,
+    with the reason."""
     approval = approval_shown(approval_id)
     if approval is None:
         return None
     return {
         "type": "approval",
         "approval": redactor().data(approval_payload(approval)),
-        "html": render_to_string("approvals/_card.html", {"approval": approval}),
+        "html": render_to_string(
+            "approvals/_card.html",
+            {"approval": approval, "decide_refusal": decide_refusal},
+        ),
     }

@@ -35,7 +35,11 @@ def approvers_for(request: ApprovalRequest) -> QuerySet[Any]:
     return (
         get_user_model()
         .objects.with_perm(
-            "approvals.decide_approval", is_active=True, include_superusers=True
+            "approvals.decide_approval",
+            is_active=True,
+            include_superusers=True,
+            # The backend that holds permissions (axes' only checks lockouts).
+            backend="django.contrib.auth.backends.ModelBackend",
         )
         .exclude(pk=request.requested_by_id)
         .order_by("pk")

@@ -10,12 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts import policy as sign_in
 from approvals import events as approval_events
 from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalVote
+from approvals.selectors import approvers_for
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_hash
@@ -62,6 +63,16 @@ class DecisionError(ServiceError):
 
 def can_decide(user: Any) -> bool:
     return bool(user.is_authenticated and user.has_perm(DECIDE_PERMISSION))
+
+
+def decide_refusal(
+    user: Any, *, verified: bool | None = None
+) -> sign_in.Refusal | None:
+    """Why an approver may read the queue but not decide for want of a second
+    factor (``REACH_REQUIRE_2FA`` naming approvers); None when they may.
+    ``verified``: whether the user's session passed it (default: read from the
+    user, see ``accounts.policy.session_verified``)."""
+    return sign_in.refusal(user, role=sign_in.Role.APPROVERS, verified=verified)
 
 
 def approval_create(
@@ -147,14 +158,8 @@ def _email_approvers(approval: ApprovalRequest) -> None:
     parks the call, and a slow mail server would stall the run. The dispatcher
     sends the notices after commit, with ``EMAIL_TIMEOUT``, and retries them.
     """
-    approvers = (
-        get_user_model()
-        .objects.with_perm(DECIDE_PERMISSION, is_active=True, include_superusers=True)
-        .exclude(email="")
-        # Nobody decides on their own request: no point telling them.
-        .exclude(pk=approval.requested_by_id)
-        .order_by("pk")
-    )
+    # Who may decide it, and has an address (the rule of every channel).
+    approvers = approvers_for(approval).exclude(email="")
     subject = f"[Agent Reach] Approval needed: {approval.preview[:80]}"
     body = (
         f"{approval.requested_by.get_username()}'s agent wants to run "
@@ -191,6 +196,11 @@ def approval_decide(
         raise DecisionError(
             "You do not have permission to decide approvals.", ErrorKind.FORBIDDEN
         )
+    # REACH_REQUIRE_2FA: every channel that decides (page, API, mail links, an
+    # evaluation's simulated approver) comes through here.
+    missing = decide_refusal(user)
+    if missing is not None:
+        raise DecisionError(missing.message, ErrorKind.FORBIDDEN)
     if decision not in ApprovalDecision.values:
         accepted = ", ".join(f"'{value}'" for value in ApprovalDecision.values)
         raise DecisionError(f"decision must be one of {accepted}.")

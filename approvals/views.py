@@ -17,9 +17,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 
+from accounts.policy import Refusal
 from approvals.models import ApprovalRequest
 from approvals.selectors import approvals_shown, tools_shown
-from approvals.services import can_decide
+from approvals.services import can_decide, decide_refusal
 from audit.permissions import can_audit
 from registry.models import Agent, Tool
 from runs.selectors import filter_equal, filter_tainted
@@ -44,6 +45,8 @@ class QueuePresenter:
     recent: list[ApprovalRequest] = field(default_factory=list)
     page: Page[ApprovalRequest] | None = None
     query: str = ""
+    #: Why this approver may read but not decide (REACH_REQUIRE_2FA), or None.
+    decide_refusal: Refusal | None = None
 
     @property
     def filtered(self) -> bool:
@@ -92,7 +95,12 @@ def queue(request: HttpRequest) -> HttpResponse:
     recent = _filtered(
         request.GET, approvals_shown().exclude(status=ApprovalRequest.Status.PENDING)
     ).order_by("-decided_at", "-requested_at")[:RECENT_DECISIONS]
-    page = _presenter(request, pending=list(pending), recent=list(recent))
+    page = _presenter(
+        request,
+        pending=list(pending),
+        recent=list(recent),
+        decide_refusal=decide_refusal(request.user),
+    )
     return render(request, "approvals/queue.html", {"page": page})
 
 

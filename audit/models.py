@@ -10,6 +10,16 @@ class AuditKind(models.TextChoices):
     """What an audit event records: ``<noun>.<what happened>``."""
 
     AUTH_LOGIN_FAILED = "auth.login_failed"
+    # Sign-in (accounts/): a lockout begun, counters cleared by an admin, every
+    # session of a user ended, a second factor turned on or off, recovery codes
+    # issued or one used.
+    AUTH_LOCKED_OUT = "auth.locked_out"
+    AUTH_UNLOCKED = "auth.unlocked"
+    AUTH_SESSIONS_ENDED = "auth.sessions_ended"
+    AUTH_2FA_ENABLED = "auth.2fa_enabled"
+    AUTH_2FA_DISABLED = "auth.2fa_disabled"
+    AUTH_RECOVERY_CODES_ISSUED = "auth.recovery_codes_issued"
+    AUTH_RECOVERY_CODE_USED = "auth.recovery_code_used"
     AGENT_CREATED = "agent.created"
     AGENT_CHANGED = "agent.changed"
     TOOL_REGISTERED = "tool.registered"

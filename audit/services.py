@@ -98,12 +98,15 @@ def audit_append(
 
 
 def audit_failed_login(sender: object, credentials: dict[str, Any], **_: Any) -> None:
-    """Receiver of ``user_login_failed`` (connected in ``AuditConfig.ready``)."""
+    """Receiver of ``user_login_failed`` (connected in ``AuditConfig.ready``);
+    a wrong second-factor code says so (``stage``)."""
+    stage = credentials.get("stage")
     audit_append(
         kind=AuditKind.AUTH_LOGIN_FAILED,
         actor="anonymous",
         object_type="user",
         object_id=str(credentials.get("username", ""))[:150],
+        data={"stage": str(stage)} if stage else None,
     )
 
 

@@ -23,7 +23,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalDecision, ApprovalRequest
-from approvals.services import DecisionError, approval_decide, can_decide
+from approvals.services import (
+    DecisionError,
+    approval_decide,
+    can_decide,
+    decide_refusal,
+)
 from evals import scoring, suites
 from evals.models import EvalReport, EvalRun, Suite
 from infra.errors import ErrorKind, ServiceError
@@ -130,6 +135,13 @@ def eval_access_check(user: Any) -> None:
         raise EvalError(
             "Running an evaluation decides its approvals as you: you need the "
             "permission to decide approvals too.",
+            ErrorKind.FORBIDDEN,
+        )
+    missing = decide_refusal(user)
+    if missing is not None:
+        # Refused now rather than by its first approval, mid-run.
+        raise EvalError(
+            "Running an evaluation decides its approvals as you. " + missing.message,
             ErrorKind.FORBIDDEN,
         )
 

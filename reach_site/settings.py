@@ -85,7 +85,9 @@ INSTALLED_APPS = [
     # costs every process, the worker and beat included, twisted: ~40 MB each.
     # The web process runs its server itself (reach_site/launcher.py, web_argv).
     *(["daphne"] if DEBUG else []),
-    "django.contrib.admin",
+    # The admin with a site that asks staff for their second factor
+    # (accounts/admin_site.py).
+    "accounts.apps.ReachAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -96,9 +98,15 @@ INSTALLED_APPS = [
     "drf_spectacular",
     # Swagger UI's and Redoc's assets from PyPI, served by WhiteNoise: no CDN.
     "drf_spectacular_sidecar",
+    # Sign-in: login throttling (axes), two-factor devices (django-otp).
+    "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp.plugins.otp_static",
     "reach_site",
     "agents",  # migration history only (agents/apps.py)
     "audit",
+    "accounts",
     "registry",
     "runs",
     "effects",
@@ -122,8 +130,14 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # request.user.is_verified(): this session passed its second factor.
+    "django_otp.middleware.OTPMiddleware",
+    # ... and so did a sign-in through the identity provider (single sign-on).
+    "accounts.middleware.ProviderSignInMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Turns a login refused for too many failures into the login page saying so.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "reach_site.urls"
@@ -226,7 +240,10 @@ REACH_OIDC_EMAIL_VERIFIED_CLAIM = env_str(
 )
 REACH_OIDC_CREATE_USERS = env_bool("REACH_OIDC_CREATE_USERS", True)
 REACH_OIDC_TIMEOUT_S = env_float("REACH_OIDC_TIMEOUT_S", 10.0)
+# The lockout check first (axes), then the users' passwords and permissions, then
+# single sign-on when it is configured.
 AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
     *(["sso.backend.SSOBackend"] if REACH_OIDC_ENABLED else []),
 ]
@@ -375,9 +392,47 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-# Per process: nothing that several processes must share may use it (the API
-# throttle and the tools' rate limits and result cache live in Redis).
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+# The default is per process: nothing that several processes must share may use
+# it (the API throttle and the tools' rate limits and result cache live in Redis).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # Shared by every process: the product's Redis (REDIS_URL, read when first
+    # used); the login throttle's counters.
+    "shared": {
+        "BACKEND": "infra.cache.SharedRedisCache",
+        "KEY_PREFIX": "reach",
+        "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+    },
+}
+
+# Sign-in (accounts/, README "Signing in"). Failed logins are counted per account
+# and per address in Redis (one count across every web process); at the limit
+# that account, or that address, waits REACH_LOGIN_LOCKOUT_MINUTES.
+REACH_LOGIN_FAILURES_PER_ACCOUNT = env_int("REACH_LOGIN_FAILURES_PER_ACCOUNT", 5)
+REACH_LOGIN_FAILURES_PER_ADDRESS = env_int("REACH_LOGIN_FAILURES_PER_ADDRESS", 20)
+REACH_LOGIN_LOCKOUT_MINUTES = env_int("REACH_LOGIN_LOCKOUT_MINUTES", 15)
+AXES_ENABLED = env_bool("REACH_LOGIN_THROTTLE", True)
+AXES_HANDLER = "accounts.throttle.LoginThrottleHandler"
+AXES_CACHE = "shared"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = "accounts.throttle.failure_limit"
+AXES_COOLOFF_TIME = "accounts.throttle.cool_off"
+# Attempts while locked out neither count nor extend the wait.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = False
+AXES_LOCKOUT_CALLABLE = "accounts.throttle.lockout_response"
+AXES_ENABLE_ADMIN = False
+AXES_VERBOSE = False
+AXES_USERNAME_CALLABLE = "accounts.throttle.client_username"
+# The socket's peer; behind the TLS proxy, what it appends to X-Forwarded-For.
+AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
+# Two-factor (django-otp): who must have it ("approvers", "admins"; empty: nobody
+# is made to, anyone may); the issuer the authenticator app shows.
+REACH_REQUIRE_2FA = env_list("REACH_REQUIRE_2FA", "")
+OTP_TOTP_ISSUER = env_str("REACH_2FA_ISSUER", "Agent Reach")
+# A wrong code makes the next wait 1, 2, 4 … seconds (per device).
+OTP_TOTP_THROTTLE_FACTOR = 1
+OTP_STATIC_THROTTLE_FACTOR = 1
 
 LOGGING = {
     "version": 1,

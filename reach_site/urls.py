@@ -7,6 +7,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from accounts import views as accounts_views
 from approvals import api as approvals_api
 from approvals import views as approvals_views
 from audit import api as audit_api
@@ -72,11 +73,10 @@ urlpatterns = [
     path("", chat.chat, name="chat"),
     path("c/<uuid:conversation_id>/", chat.chat, name="conversation"),
     path("c/new/", chat.conversation_new, name="conversation-new"),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True),
-        name="login",
-    ),
+    path("accounts/login/", accounts_views.ReachLoginView.as_view(), name="login"),
+    path("accounts/login/code/", accounts_views.login_code, name="login-code"),
+    path("accounts/two-factor/", accounts_views.two_factor, name="two-factor"),
+    path("accounts/sessions/", accounts_views.sessions, name="sessions"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # Single sign-on (sso/): off to the provider and back; 404 when not configured.
     path("oidc/", include("sso.urls")),

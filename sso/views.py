@@ -23,6 +23,7 @@ from mozilla_django_oidc.views import (
     OIDCAuthenticationRequestView,
 )
 
+from accounts.policy import PROVIDER_SESSION_KEY
 from sso.config import Provider, enabled, provider, provider_name
 from sso.errors import RefusalReason, SSORefused
 from sso.services import sso_refusal_record
@@ -32,8 +33,8 @@ logger = logging.getLogger(__name__)
 #: Seconds between leaving for the provider and coming back that a sign-in may take.
 STATE_MAX_AGE_S = 600
 #: The session key that says this session was signed in by the provider (its
-#: issuer): the provider did the second factor.
-SESSION_ISSUER = "sso_issuer"
+#: issuer): the provider did the second factor (accounts.policy).
+SESSION_ISSUER = PROVIDER_SESSION_KEY
 
 
 def _refuse(request: HttpRequest, refusal: SSORefused) -> HttpResponse:

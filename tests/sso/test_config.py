@@ -35,8 +35,10 @@ def test_a_group_map_entry_that_is_not_a_pair_is_named(text):
 
 def test_unconfigured_single_sign_on_adds_no_backend_and_no_check_error():
     assert settings.REACH_OIDC_ENABLED is False
+    # The lockout check (accounts/) and the passwords: no SSO backend.
     assert settings.AUTHENTICATION_BACKENDS == [
-        "django.contrib.auth.backends.ModelBackend"
+        "axes.backends.AxesStandaloneBackend",
+        "django.contrib.auth.backends.ModelBackend",
     ]
     assert check_settings() == []
 

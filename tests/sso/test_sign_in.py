@@ -143,11 +143,12 @@ def test_an_existing_user_is_matched_by_verified_email_and_keeps_unmapped_groups
 
 
 def test_groups_are_mapped_again_on_each_sign_in(client, idp, operator):
-    # operator is in approvers, auditors and operators (the demo seed).
+    # operator is in approvers, auditors, operators and reviewers (the demo seed);
+    # reviewers is not in the map, so no sign-in touches it.
     idp.sign_in_as(sub="u-op", email="operator@example.com", groups=["idp-approvers"])
     sign_in_through(client, idp)
     operator.refresh_from_db()
-    assert group_names(operator) == {"approvers"}
+    assert group_names(operator) == {"approvers", "reviewers"}
     first = events(AuditKind.USER_GROUPS_CHANGED)[-1]
     assert first.data["added"] == [] and first.data["removed"] == [
         "auditors",
@@ -158,13 +159,13 @@ def test_groups_are_mapped_again_on_each_sign_in(client, idp, operator):
     # The provider drops every group (Okta and Keycloak then omit the claim).
     idp.sign_in_as(sub="u-op", email="operator@example.com")
     sign_in_through(client, idp)
-    assert group_names(operator) == set()
+    assert group_names(operator) == {"reviewers"}
     assert not operator.has_perm("approvals.decide_approval")
 
     client.logout()
     idp.sign_in_as(sub="u-op", email="operator@example.com", groups=["idp-ops"])
     sign_in_through(client, idp)
-    assert group_names(operator) == {"operators"}
+    assert group_names(operator) == {"operators", "reviewers"}
     changes = [
         (e.data["added"], e.data["removed"])
         for e in events(AuditKind.USER_GROUPS_CHANGED)
