@@ -12,7 +12,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -159,9 +159,22 @@ class OpenAIModelClient:
         """``GET /models``: the health check that never asks the model anything."""
         return [m.id for m in self._client.models.list()]
 
-    def complete(self, *, messages: Messages, tools: Tools, model: str) -> ModelReply:
+    def complete(
+        self,
+        *,
+        messages: Messages,
+        tools: Tools,
+        model: str,
+        response_format: Mapping[str, Any] | None = None,
+    ) -> ModelReply:
+        """One chat completion, retried as configured. ``response_format`` (not
+        part of :class:`ModelClient`: the run's loop never sends one) asks for
+        JSON, e.g. ``{"type": "json_schema", "json_schema": {...}}``; the built-in
+        model follows it under a grammar, other servers as far as they can."""
         openai = self._openai
         kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
+        if response_format is not None:
+            kwargs["response_format"] = dict(response_format)
         if tools:
             kwargs["tools"] = list(tools)
             # Some servers drop tools unless tool_choice is explicit

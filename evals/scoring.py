@@ -112,7 +112,13 @@ def case_document(
 ) -> dict[str, Any]:
     """One case's line of the report, from its runs' observed documents."""
     scores = [score(case, r) for r in runs]
-    passed = sum(1 for s in scores if s.passed)
+    # A judged run passes when its exact checks do and its judge does not fail
+    # it (a judge that gave no score leaves the exact checks alone).
+    passed = sum(
+        1
+        for s, r in zip(scores, runs, strict=True)
+        if s.passed and (r.get("judge") or {}).get("passed") is not False
+    )
     steps = [float(r["model_calls"]) for r in runs]
     latency = [float(r["latency_s"]) for r in runs]
     return {
@@ -135,6 +141,25 @@ def case_document(
         "stop_reasons": dict(Counter(str(r["stop_reason"]) for r in runs)),
         "failures": sorted({f for s in scores for f in s.failures}),
         "tasks": [t for r in runs for t in r["tasks"]],
+        **_judge_line(runs),
+    }
+
+
+def _judge_line(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a case's judge said of its runs (nothing when it names none)."""
+    verdicts = [r["judge"] for r in runs if r.get("judge")]
+    if not verdicts:
+        return {}
+    scored = [v for v in verdicts if v.get("score") is not None]
+    return {
+        "judge": {
+            "name": verdicts[0]["judge"],
+            "judged": len(scored),
+            "passed": sum(1 for v in scored if v.get("passed")),
+            "mean_score": _mean(float(v["score"]) for v in scored),
+            "errors": [v["error"] for v in verdicts if v.get("error")],
+            "reasons": [v["reason"] for v in scored if v.get("reason")],
+        }
     }
 
 

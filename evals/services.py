@@ -31,6 +31,8 @@ from approvals.services import (
 )
 from evals import scoring, suites
 from evals.models import EvalReport, EvalRun, Suite
+from feedback import judges
+from feedback.models import Judge, JudgeVerdict
 from infra.errors import ErrorKind, ServiceError
 from registry.models import Agent
 from runs import services as runs
@@ -166,6 +168,15 @@ def report_create(
         raise EvalError(f"runs: a whole number from 1 to {suites.MAX_RUNS}.")
     if not 1 <= concurrency <= 64:
         raise EvalError("concurrency: a whole number from 1 to 64.")
+    named = {case_judge(document, c) for c in document["cases"]} - {""}
+    missing = sorted(
+        named - set(Judge.objects.filter(name__in=named).values_list("name", flat=True))
+    )
+    if missing:
+        raise EvalError(
+            f"The suite names the judge {missing[0]!r}, and there is none: add it "
+            "under Admin → Judges, or drop the name."
+        )
     per_case = runs or document["runs"]
     with transaction.atomic():
         report = EvalReport.objects.create(
@@ -295,7 +306,7 @@ def _run_tend(report: EvalReport, run: EvalRun, case: dict[str, Any]) -> None:
     run.task = task
     if task.status == Task.Status.WAITING_APPROVAL:
         if case["approvals"] == suites.Approver.LEAVE:
-            _run_finish(run, note="left waiting for approval")
+            _run_finish(run, note="left waiting for approval", case=case)
             with contextlib.suppress(runs.TaskFinal):
                 runs.task_cancel(task=task, user=report.created_by)
             return
@@ -306,10 +317,10 @@ def _run_tend(report: EvalReport, run: EvalRun, case: dict[str, Any]) -> None:
             run.turn += 1
             _turn_start(report, run, case)
         else:
-            _run_finish(run)
+            _run_finish(run, case=case)
         return
     if _overdue(report, run):
-        _run_finish(run, note="timed out")
+        _run_finish(run, note="timed out", case=case)
         with contextlib.suppress(runs.TaskFinal):
             runs.task_cancel(task=task, user=report.created_by)
 
@@ -353,11 +364,48 @@ def _overdue(report: EvalReport, run: EvalRun) -> bool:
     return (timezone.now() - run.started_at).total_seconds() > budget
 
 
-def _run_finish(run: EvalRun, *, note: str = "") -> None:
+def _run_finish(
+    run: EvalRun, *, note: str = "", case: dict[str, Any] | None = None
+) -> None:
     tasks = list(Task.objects.filter(pk__in=run.task_ids).order_by("created_at"))
     run.observed = scoring.observe(tasks, note=note)
+    judge_name = case_judge(run.report.document, case) if case else ""
+    if judge_name and tasks:
+        run.observed["judge"] = _judged(judge_name, tasks[-1], case or {})
     run.status = EvalRun.Status.DONE
     run.save()
+
+
+def case_judge(document: dict[str, Any], case: dict[str, Any]) -> str:
+    """The judge that scores ``case``: its own, else the suite's; "" for none."""
+    return str(case.get("judge") or document.get("judge") or "")
+
+
+def _judged(name: str, task: Task, case: dict[str, Any]) -> dict[str, Any]:
+    """A judge's verdict on a run's last task, as the run's observed document
+    keeps it (a judge that fails leaves its reason, and the exact checks stand)."""
+    judge = Judge.objects.filter(name=name).first()
+    if judge is None:
+        return {
+            "judge": name,
+            "score": None,
+            "passed": None,
+            "reason": "",
+            "error": f"No judge named {name!r} (it was deleted).",
+        }
+    verdict = judges.judge_task(
+        judge,
+        task,
+        origin=JudgeVerdict.Origin.EVAL,
+        reference=case.get("reference", ""),
+    )
+    return {
+        "judge": name,
+        "score": verdict.score,
+        "passed": verdict.passed,
+        "reason": verdict.reason,
+        "error": verdict.error,
+    }
 
 
 # -- documents ---------------------------------------------------------------------
@@ -386,8 +434,24 @@ def report_document(report: EvalReport) -> dict[str, Any]:
             "total": len(plan),
         },
         "cases": lines,
-        "summary": scoring.summary(lines),
+        "summary": {**scoring.summary(lines), **_judge_agreement(lines)},
         "error": report.error,
+    }
+
+
+def _judge_agreement(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where people labelled the runs a judge scored (the review queue), how often
+    the judge agreed with them; nothing when no case has a judge."""
+    if not any(line.get("judge") for line in lines):
+        return {}
+    tasks = [t for line in lines if line.get("judge") for t in line["tasks"]]
+    found = judges.agreement(JudgeVerdict.objects.filter(task_id__in=tasks))
+    return {
+        "judge_agreement": {
+            "compared": found.compared,
+            "agreed": found.agreed,
+            "rate": found.rate,
+        }
     }
 
 

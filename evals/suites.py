@@ -46,7 +46,7 @@ APPROVERS = tuple(Approver)
 MAX_RUNS = 50
 MAX_CASES = 500
 
-_TOP_KEYS = {"name", "description", "agent", "runs", "cases", "clean_baseline"}
+_TOP_KEYS = {"name", "description", "agent", "runs", "cases", "clean_baseline", "judge"}
 _CASE_KEYS = {
     "id",
     "input",
@@ -59,6 +59,8 @@ _CASE_KEYS = {
     # (what a judge compares with) and the run it came from.
     "reference",
     "source",
+    # A judge (feedback.Judge, by name) scores the answer beside the exact checks.
+    "judge",
 }
 _EXPECT_KEYS = {
     "answer_contains",
@@ -108,6 +110,7 @@ def validate(data: Any) -> dict[str, Any]:
     normalised = []
     for index, case in enumerate(cases):
         normalised.append(_case(case, index, seen))
+    judge = _judge(data.get("judge"), "judge")
     return {
         "name": name,
         "description": str(data.get("description") or ""),
@@ -115,7 +118,17 @@ def validate(data: Any) -> dict[str, Any]:
         "runs": runs,
         "clean_baseline": bool(data.get("clean_baseline", False)),
         "cases": normalised,
+        **({"judge": judge} if judge else {}),
     }
+
+
+def _judge(value: Any, where: str) -> str:
+    """A judge's name (checked against the judges when a report starts)."""
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or not NAME.match(value):
+        raise SuiteError(f"{where}: the name of a judge (Admin → Judges).")
+    return value
 
 
 def _case(case: Any, index: int, seen: set[str]) -> dict[str, Any]:
@@ -192,6 +205,11 @@ def _case(case: Any, index: int, seen: set[str]) -> dict[str, Any]:
             for key in ("reference", "source")
             if case.get(key) not in (None, "")
         },
+        **(
+            {"judge": _judge(case["judge"], f"{where}.judge")}
+            if case.get("judge")
+            else {}
+        ),
     }
 
 

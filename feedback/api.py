@@ -8,6 +8,7 @@ someone else's run is 404, as every object of others is.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.http import Http404
@@ -154,6 +155,12 @@ class MyFeedback(APIView):
         conversation_id = request.query_params.get("conversation")
         if not conversation_id:
             raise ApiValidationError({"conversation": ["conversation is required."]})
+        try:
+            uuid.UUID(conversation_id)
+        except ValueError as exc:
+            raise ApiValidationError(
+                {"conversation": ["conversation is a conversation's id (a UUID)."]}
+            ) from exc
         conversation = own_conversation_or_404(request, conversation_id)
         rows = Feedback.objects.filter(
             user=request.user, task__conversation=conversation

@@ -9,9 +9,11 @@ judged.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils import timezone
 
+from registry.models import Agent
 from runs.models import Task
 
 
@@ -24,6 +26,8 @@ class FeedbackAuditKind(models.TextChoices):
     LABELLED = "review.labelled"
     RELABELLED = "review.relabelled"
     EXPORTED = "review.exported"
+    JUDGED = "judge.verdict"
+    JUDGE_CHANGED = "judge.changed"
 
 
 class Feedback(models.Model):
@@ -95,3 +99,73 @@ class ReviewLabel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.verdict}: {self.task_ref}"
+
+
+class Judge(models.Model):
+    """A model that scores answers against a rubric: named by evaluation suites
+    and cases, and attached to agents to score a sample of their runs online."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    rubric = models.TextField(
+        help_text="What a good answer does, in plain words: the judge scores the "
+        "answer from 0 to 1 against it."
+    )
+    model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="A model at the configured endpoint (the built-in one included); "
+        "blank means OPENAI_MODEL.",
+    )
+    pass_threshold = models.FloatField(
+        default=0.5,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="A score at or above it passes.",
+    )
+    agents = models.ManyToManyField(
+        Agent,
+        blank=True,
+        related_name="judges",
+        help_text="Online scores: finished runs of these agents are judged (a "
+        "sample of them, below), off the run's path.",
+    )
+    sample_rate = models.FloatField(
+        default=0.0,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="The share of those runs judged (0 to 1; 0: none).",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JudgeVerdict(models.Model):
+    """One judge's verdict on one run: a score and its reason, or why there is
+    none (the judge's endpoint was down, it answered no verdict)."""
+
+    class Origin(models.TextChoices):
+        EVAL = "eval", "evaluation"
+        ONLINE = "online", "online sample"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="verdicts")
+    judge = models.ForeignKey(Judge, on_delete=models.CASCADE, related_name="verdicts")
+    origin = models.CharField(max_length=10, choices=Origin.choices)
+    score = models.FloatField(null=True, blank=True)
+    passed = models.BooleanField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "judge"], name="uniq_verdict_run")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.judge} on {self.task_id}: {self.score}"

@@ -51,8 +51,8 @@ def can_review(user: Any) -> bool:
     )
 
 
-def _check_answered(task: Task) -> None:
-    if task.is_eval:
+def _check_answered(task: Task, *, eval_allowed: bool = False) -> None:
+    if task.is_eval and not eval_allowed:
         raise FeedbackRefused(
             "An evaluation run is scored by its suite, not by feedback.",
             ErrorKind.CONFLICT,
@@ -142,6 +142,7 @@ def feedback_on(task: Task) -> dict[str, Any]:
     review label."""
     return {
         "thumbs": list(task.feedback.select_related("user")),
+        "verdicts": list(task.verdicts.select_related("judge")),
         "label": ReviewLabel.objects.select_related("reviewer")
         .filter(task=task)
         .first(),
@@ -235,7 +236,8 @@ def label_run(
             f"verdict is one of {', '.join(ReviewLabel.Verdict.values)}, "
             f"not {verdict!r}."
         )
-    _check_answered(task)
+    # An evaluation run may be labelled: how often a judge agrees with people.
+    _check_answered(task, eval_allowed=True)
     now = timezone.now()
     fields = {
         "task": task,

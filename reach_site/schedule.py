@@ -26,5 +26,8 @@ def add_schedule(app: Celery, *, reaper_interval_s: float) -> None:
         3600.0, app.signature("traces.purge"), name="purge old traces"
     )
     app.add_periodic_task(
+        60.0, app.signature("feedback.judge_sampled"), name="judge sampled runs"
+    )
+    app.add_periodic_task(
         3600.0, app.signature("memory.purge"), name="purge old memory"
     )

@@ -31,6 +31,7 @@ from engine.spec import (
     StepDetail,
     StepKind,
 )
+from feedback.judges import agreement_per_judge, online_scores
 from feedback.services import feedback_on, feedback_per_agent
 from infra.views import template_enum
 from registry.models import Agent
@@ -555,6 +556,8 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
     intents = stats.runs_per_intent(tasks)
     reasons = stats.stop_reasons(tasks)
     feedback_rows = feedback_per_agent(tasks)
+    judge_days = online_scores(tasks)
+    judge_agreement = agreement_per_judge(tasks)
     approvals = stats.approval_stats(tasks)
     approval_rows = [
         (status, approvals.counts.get(status, 0))
@@ -644,6 +647,8 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
             ],
             "reasons": reasons,
             "feedback_rows": feedback_rows,
+            "judge_days": judge_days,
+            "judge_agreement": judge_agreement,
             "approval_rows": approval_rows,
             "median_decision": stats.human_duration(approvals.median_decision_s),
             "decided": approvals.decided,

@@ -96,6 +96,9 @@ def test_the_chat_reads_the_users_feedback_of_one_conversation(
     assert [(r["task"], r["rating"]) for r in rows] == [(str(answered.pk), "down")]
     assert api_client_for(bob).get(url).status_code == 404
     assert api_client_for(alice).get("/api/feedback/").status_code == 400
+    bad = api_client_for(alice).get("/api/feedback/?conversation=null")
+    assert bad.status_code == 400
+    assert "UUID" in bad.json()["error"]
 
 
 def _reviewer(user: Any) -> Any:
