@@ -125,7 +125,14 @@ class SuiteRuns(APIView):
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+        responses={
+            200: OpenApiTypes.OBJECT,
+            201: OpenApiTypes.OBJECT,
+            400: OpenApiTypes.OBJECT,
+            403: OpenApiTypes.OBJECT,
+            404: OpenApiTypes.OBJECT,
+            409: OpenApiTypes.OBJECT,
+        },
     )
     def post(self, request: Request, name: str) -> Response:
         if not services.can_run_evals(request.user):

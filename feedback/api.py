@@ -99,7 +99,10 @@ def _choice(data: Any, name: str, choices: list[str]) -> str:
 
 
 class TaskFeedback(APIView):
-    @extend_schema(responses=FeedbackListSchema, operation_id="tasks_feedback_list")
+    @extend_schema(
+        responses={200: FeedbackListSchema, 404: ErrorSchema},
+        operation_id="tasks_feedback_list",
+    )
     def get(self, request: Request, task_id: str) -> Response:
         """The feedback on the run that the caller may read: their own; every
         person's for auditors."""
@@ -114,7 +117,14 @@ class TaskFeedback(APIView):
 
     @extend_schema(
         request=FeedbackInSchema,
-        responses={200: FeedbackSchema, 201: FeedbackSchema, 409: ErrorSchema},
+        responses={
+            200: FeedbackSchema,
+            201: FeedbackSchema,
+            400: ErrorSchema,
+            403: ErrorSchema,
+            404: ErrorSchema,
+            409: ErrorSchema,
+        },
         operation_id="tasks_feedback_give",
     )
     def post(self, request: Request, task_id: str) -> Response:
@@ -146,7 +156,7 @@ class TaskFeedback(APIView):
 class MyFeedback(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("conversation", OpenApiTypes.UUID, required=True)],
-        responses=FeedbackListSchema,
+        responses={200: FeedbackListSchema, 400: ErrorSchema, 404: ErrorSchema},
         operation_id="feedback_mine",
     )
     def get(self, request: Request) -> Response:
@@ -193,7 +203,10 @@ def _queue_item(task: Task, reason: str) -> dict[str, Any]:
 
 
 class ReviewQueue(APIView):
-    @extend_schema(responses=QueueItemSchema(many=True), operation_id="review_queue")
+    @extend_schema(
+        responses={200: QueueItemSchema(many=True), 403: ErrorSchema},
+        operation_id="review_queue",
+    )
     def get(self, request: Request) -> Response:
         """Unlabelled runs to label: thumbs-downs, runs stopped on a limit, a
         sample of the rest (reviewers)."""
@@ -239,7 +252,7 @@ class TaskLabel(APIView):
 class LabelList(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("since", OpenApiTypes.DATETIME)],
-        responses=LabelSchema(many=True),
+        responses={200: LabelSchema(many=True), 400: ErrorSchema, 403: ErrorSchema},
         operation_id="review_labels",
     )
     def get(self, request: Request) -> Response:
@@ -248,7 +261,7 @@ class LabelList(APIView):
         if not (services.can_review(request.user) or can_audit(request.user)):
             raise PermissionDenied("Labels are for reviewers and auditors.")
         since = None
-        if request.query_params.get("since"):
+        if "since" in request.query_params:
             since = parse_datetime(request.query_params["since"])
             if since is None:
                 raise ApiValidationError({"since": ["since is an ISO 8601 date-time."]})
