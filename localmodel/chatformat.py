@@ -261,9 +261,7 @@ def _only_handoffs(message: Mapping[str, Any]) -> bool:
         return False
     return all(
         isinstance(call, Mapping)
-        and str((call.get("function") or {}).get("name", "")).startswith(
-            HANDOFF_PREFIX
-        )
+        and str((call.get("function") or {}).get("name", "")).startswith(HANDOFF_PREFIX)
         for call in calls
     )
 
