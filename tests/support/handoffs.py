@@ -19,7 +19,7 @@ from typing import Any
 from registry.models import Agent, Tool
 from registry.services import agent_handoffs_set
 from tests.support.replies import AnyReply, RecordingHandler, text, tool_call
-from tests.support.scripted_model import messages_of
+from tests.support.scripted_model import last_user_text, messages_of
 
 TICKET = {"title": "Refund order 42", "body": "The customer was charged twice."}
 #: A plan step: a tool and its arguments.
@@ -73,22 +73,26 @@ def calls_made(request: Mapping[str, Any]) -> list[str]:
 
 class Desk(RecordingHandler):
     """Answers as the acting agent, from ``plans`` (agent: calls) and
-    ``answers`` (agent: its final text)."""
+    ``answers`` (agent: its final text); ``goals`` gives other plans to the runs
+    of some goals (goal: plans)."""
 
     def __init__(
         self,
         plans: Mapping[str, Sequence[Call]],
         answers: Mapping[str, str] | None = None,
+        goals: Mapping[str, Mapping[str, Sequence[Call]]] | None = None,
     ) -> None:
         super().__init__()
         self.plans = plans
         self.answers = answers or {}
+        self.goals = goals or {}
 
     def respond(self, request: dict[str, Any]) -> AnyReply:
         agent = acting(request)
         made = calls_made(request)
+        plans = self.goals.get(last_user_text(request), self.plans)
         seen: dict[str, int] = {}
-        for name, arguments in self.plans.get(agent, ()):
+        for name, arguments in plans.get(agent, ()):
             seen[name] = seen.get(name, 0) + 1
             if made.count(name) < seen[name]:
                 return tool_call(name, dict(arguments))
