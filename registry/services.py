@@ -279,12 +279,13 @@ def agent_handoffs_sync(
         agent.has_handoffs = bool(after)
         Agent.objects.filter(pk=agent.pk).update(has_handoffs=agent.has_handoffs)
     if after != (before or []):
+        # The targets' names, not the descriptions: the log carries no text.
         audit_append(
             kind=AuditKind.AGENT_HANDOFFS_CHANGED,
             actor=user,
             object_type="agent",
             object_id=agent.name,
-            data={"handoffs": after},
+            data={"targets": [target["agent"] for target in after]},
         )
     return after
 

@@ -15,9 +15,13 @@ import pytest
 from approvals.services import approval_decide
 from audit.models import AuditEvent, AuditKind
 from engine.handoff import HandoffRecord
+from registry.models import Agent
+from tests.support.cast import QUESTION
 from tests.support.clients import fork, logged_in, trace_of
 from tests.support.handoffs import TICKET, Desk, desk_agents
+from tests.support.replies import tool_call
 from tests.support.runs import advance, ask, pending
+from tests.support.scripted_model import RedisScript
 from traces.replay import task_rerun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -307,3 +311,52 @@ def test_an_agent_without_handoff_targets_records_no_agent_on_its_steps(
         t["function"]["name"].startswith("transfer_to_")
         for t in desk.requests[0]["tools"]
     )
+
+
+class TriageThenRedis(RedisScript):
+    """The demo question through the demo's triage agent: a model offered
+    ``transfer_to_assistant`` takes it; the assistant then plays the demo as
+    ``RedisScript`` does, reading past the handoff (as the built-in model does)."""
+
+    def respond(self, request: dict[str, Any]) -> Any:
+        offered = {t["function"]["name"] for t in request.get("tools") or []}
+        if "transfer_to_assistant" in offered:
+            return tool_call("transfer_to_assistant", {})
+        handoff_ids = {
+            call["id"]
+            for m in request["messages"]
+            if m["role"] == "assistant"
+            for call in m.get("tool_calls") or []
+            if call["function"]["name"].startswith("transfer_to_")
+        }
+        messages = [
+            m
+            for m in request["messages"]
+            if m.get("tool_call_id") not in handoff_ids
+            and not (
+                m["role"] == "assistant"
+                and {c["id"] for c in m.get("tool_calls") or []} & handoff_ids
+            )
+        ]
+        return super().respond({**request, "messages": messages})
+
+
+def test_the_demo_triage_agent_hands_the_demo_question_to_the_assistant(
+    alice, demo, model
+):
+    model(TriageThenRedis())
+    triage = Agent.objects.get(name="triage")
+
+    task = ask(alice, triage, QUESTION)
+
+    assert task.status == "succeeded", task.error_message
+    assert "1088" in task.final_answer
+    assert [(s.agent, s.tool) for s in task.steps.order_by("seq")] == [
+        ("triage", None),
+        ("triage", "transfer_to_assistant"),
+        ("assistant", None),
+        ("assistant", "search_notes"),
+        ("assistant", None),
+        ("assistant", "calculate"),
+        ("assistant", None),
+    ]
