@@ -229,7 +229,8 @@ def seed_demo() -> list[str]:
         created.append("agent assistant")
     assistant = Agent.objects.filter(name="assistant").first()
     if assistant is not None and not Agent.objects.filter(name="triage").exists():
-        # A front desk that hands the conversation on (README "Handoffs").
+        # A front desk that hands the conversation on (README.md "Handoffs
+        # between agents").
         triage = Agent.objects.create(
             name="triage",
             description="The front desk: hands each question to the agent for it.",

@@ -86,3 +86,11 @@ def test_the_demo_triage_agent_hands_off_to_the_assistant(demo):
     snapshot = agent_snapshot_of(triage, user=demo.alice)
     assert snapshot.tools == ()
     assert "transfer_to_assistant" in snapshot.instructions
+
+
+def test_the_agent_list_names_each_agents_handoff_targets(demo, api_client_for):
+    listed = {
+        a["name"]: a for a in api_client_for(demo.alice).get("/api/agents/").json()
+    }
+    assert listed["triage"]["handoffs"] == ["assistant"]
+    assert listed["assistant"]["handoffs"] == []
