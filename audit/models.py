@@ -22,6 +22,8 @@ class AuditKind(models.TextChoices):
     AUTH_RECOVERY_CODE_USED = "auth.recovery_code_used"
     AGENT_CREATED = "agent.created"
     AGENT_CHANGED = "agent.changed"
+    # The agents an agent may hand its conversations to (registry.Handoff).
+    AGENT_HANDOFFS_CHANGED = "agent.handoffs_changed"
     TOOL_REGISTERED = "tool.registered"
     TOOL_CHANGED = "tool.changed"
     TOOL_ENABLED = "tool.enabled"
@@ -34,6 +36,10 @@ class AuditKind(models.TextChoices):
     TASK_FORKED = "task.forked"
     TASK_REQUEUED = "task.requeued"
     TASK_RETRIED = "task.retried"
+    # A run handed to another agent (engine.handoff), or a handoff refused
+    # (the run's user may not use that agent, or it does not exist).
+    TASK_HANDED_OFF = "task.handed_off"
+    TASK_HANDOFF_REFUSED = "task.handoff_refused"
     ACCESS_CHANGED = "access.changed"
     PRICE_CHANGED = "price.changed"
     BUDGET_CHANGED = "budget.changed"

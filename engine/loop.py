@@ -27,13 +27,23 @@ from .context import (
     snapshot,
 )
 from .execution import Executor, select_fields
+from .handoff import (
+    HandoffRecord,
+    HandoffRefused,
+    Handoffs,
+    acting_agent,
+    run_limits,
+    transfer_target,
+    with_transfers,
+)
 from .model_client import ModelClient, ModelError, ModelReply
 from .planning import Planner
-from .pricing import ModelPrice, format_usd
+from .pricing import ModelPrice, format_usd, snapshot_price
 from .redaction import Redactor
 from .routing import Route, Routing, recorded_route
 from .spec import (
     FINAL_STEP_STATUSES,
+    AgentSnapshot,
     Attempt,
     CallContext,
     DetailKey,
@@ -46,6 +56,7 @@ from .spec import (
     StepStatus,
     StopReason,
     Toolbox,
+    ToolKind,
     ToolResult,
     ToolSpec,
     Usage,
@@ -152,6 +163,24 @@ class Engine:
     #: longer is written as running when the window ends, then its result. 0:
     #: the reply is always written first. Needs ``model_pool`` to wait on.
     read_window_s: float = 0.0
+    #: The agent the run started with (its snapshot): its handoff targets are
+    #: offered as transfer tools. None: a run that never hands off.
+    agent: AgentSnapshot | None = None
+    #: Makes the port the run hands off through (engine.handoff), when it
+    #: first needs it; None: transfers are refused.
+    handoffs: Callable[[], Handoffs] | None = None
+
+    def __post_init__(self) -> None:
+        # The acting agent: the handoff step that made it act (0: the start).
+        self._acting = self.agent or AgentSnapshot()
+        self._acting_seq = 0
+        self._port: Handoffs | None = None
+        self._start_limits = self.limits
+        # Steps record the acting agent only on runs whose agent may hand off.
+        self._agent_name: str | None = None
+        if self.agent is not None and self.agent.handoffs:
+            self._agent_name = self.agent.name
+            self.toolbox = with_transfers(self.toolbox, self.agent)
 
     # -- the loop ---------------------------------------------------------------
 
@@ -163,6 +192,17 @@ class Engine:
         if self.routing is not None and (route := recorded_route(steps)) is not None:
             self._offer(route)
             routed = True
+        # Only a run whose agent may hand off (or a fork of one that did) follows.
+        follow = self.agent is not None and (
+            bool(self.agent.handoffs) or _handed_off(steps)
+        )
+        if follow:
+            # Resumed after a handoff: the open turn is its proposer's.
+            last_model = max(
+                (s.seq for s in steps if s.kind is StepKind.MODEL_CALL), default=None
+            )
+            if self._follow(steps, snap, before_seq=last_model):
+                routed = True
         while True:
             if journal.control().cancelled:
                 journal.finish(StopReason.CANCELLED, answer=None, message=None)
@@ -188,6 +228,8 @@ class Engine:
                 steps = list(journal.snapshot().steps)
                 continue
 
+            if follow and self._follow(steps, snap):
+                routed = True
             reason = self._stop_reason(journal, steps, snap)
             if reason is not None:
                 journal.finish(
@@ -307,6 +349,75 @@ class Engine:
             budget = format_usd(self.limits.max_cost_usd)
             return f"Stopped: the run used up its cost budget ({spent} of {budget})."
         return _STOP_MESSAGES.get(reason)
+
+    # -- handoffs -----------------------------------------------------------------
+
+    def _follow(
+        self,
+        steps: Sequence[StepRecord],
+        snap: RunSnapshot,
+        *,
+        before_seq: int | None = None,
+    ) -> bool:
+        """Let the agent the steps say acts (before ``before_seq``) take over:
+        its instructions, model, price and tools, under the run's limits
+        tightened by it. True when another agent took over."""
+        assert self.agent is not None
+        seq, acting = acting_agent(steps, self.agent, before_seq=before_seq)
+        if seq == self._acting_seq:
+            return False
+        toolbox = self._handoffs().toolbox(acting)
+        self.toolbox = with_transfers(toolbox, acting)
+        # The target's own tools, whatever the first agent's toolsets chose.
+        self.routing = None
+        self.limits = run_limits(self._start_limits, steps, before_seq=before_seq)
+        self.price = snapshot_price(acting.extra)
+        snap.system = acting.system_prompt
+        snap.model = acting.model or snap.model
+        self._acting, self._acting_seq = acting, seq
+        self._agent_name = acting.name or self._agent_name
+        log.info("agent %s acts from step %s on", acting.name, seq)
+        return True
+
+    def _handoffs(self) -> Handoffs:
+        if self._port is None:
+            if self.handoffs is None:
+                raise HandoffRefused("This run cannot hand off.")
+            self._port = self.handoffs()
+        return self._port
+
+    def _hand_off(self, step: StepRecord, target: str) -> StepRecord:
+        """Carry out a planned transfer: the port checks it and gives the target's
+        snapshot, which the step records; a refusal fails the step, and the
+        model reads why."""
+        now = utcnow()
+        try:
+            if target == self._acting.name:
+                raise HandoffRefused(
+                    f"The agent '{target}' already handles this conversation."
+                )
+            snapshot = self._handoffs().transfer(target=target, source=self._acting)
+        except HandoffRefused as refused:
+            return step.copy(
+                status=StepStatus.FAILED,
+                error=self.redactor.text(str(refused)),
+                error_class=ErrorClass.HANDOFF_REFUSED,
+                started_at=step.started_at or now,
+                finished_at=now,
+            )
+        record = HandoffRecord(
+            source=self._acting.name, target=snapshot.name, snapshot=snapshot
+        )
+        return step.copy(
+            status=StepStatus.SUCCEEDED,
+            result={
+                "transferred_to": snapshot.name,
+                "note": f"The agent '{snapshot.name}' handles the conversation now.",
+            },
+            started_at=step.started_at or now,
+            finished_at=now,
+            detail={**step.detail, DetailKey.HANDOFF: record.to_json()},
+        )
 
     # -- routing ------------------------------------------------------------------
 
@@ -603,6 +714,9 @@ class Engine:
         )
 
     def _append(self, journal: Journal, steps: list[StepRecord]) -> list[StepRecord]:
+        if self._agent_name is not None:
+            for step in steps:
+                step.agent = step.agent or self._agent_name
         persisted = journal.append(steps)
         if self.on_step is not None:
             for step in persisted:
@@ -661,7 +775,7 @@ class Engine:
                         ),
                     )
                     continue
-            read = spec.risk is Risk.READ_ONLY
+            read = spec.risk is Risk.READ_ONLY and spec.kind != ToolKind.HANDOFF
             if read and batches and batches[-1][0]:
                 batches[-1][1].append(step)
             else:
@@ -670,6 +784,15 @@ class Engine:
         for number, (read, batch) in enumerate(batches):
             if number and journal.control().cancelled:
                 return
+            if not read and self._spec(batch[0]).kind == ToolKind.HANDOFF:
+                target = transfer_target(self._spec(batch[0])) or ""
+                # Safe to carry out again (nothing leaves the house): no start
+                # is persisted first.
+                done = self._hand_off(batch[0], target)
+                self._record(journal, steps, done)
+                if self._port is not None:
+                    self._port.handed_off(done)
+                continue
             if not read:
                 running = self._start(journal, steps, batch[0])
                 finished = self._run_one(running)
@@ -696,6 +819,9 @@ class Engine:
             else:
                 for step in started:
                     self._record(journal, steps, self._run_one(step))
+
+    def _spec(self, step: StepRecord) -> ToolSpec:
+        return self.toolbox.specs[step.tool or ""]
 
     @staticmethod
     def _begin(steps: list[StepRecord], step: StepRecord) -> StepRecord:
@@ -799,6 +925,8 @@ _STOP_MESSAGES = {
     StopReason.TOKEN_BUDGET: "Stopped: the run used up its token budget.",
     StopReason.COST_BUDGET: "Stopped: the run used up its cost budget.",
     StopReason.APPROVAL_EXPIRED: "Stopped: an approval expired before anyone decided.",
+    StopReason.HANDOFF_LOOP: "Stopped: the agents kept handing the conversation to "
+    "each other.",
 }
 
 
@@ -832,6 +960,15 @@ def _replaced_seqs(steps: Sequence[StepRecord]) -> set[int]:
         if step.kind is StepKind.COMPACTION:
             seqs.update(int(s) for s in StepDetail(step.detail).replaced)
     return seqs
+
+
+def _handed_off(steps: Sequence[StepRecord]) -> bool:
+    """Whether any of ``steps`` is a handoff (a fork's copies can be)."""
+    # A plain loop, not any(): no generator call per step on every run's path.
+    for step in steps:  # noqa: SIM110
+        if DetailKey.HANDOFF in step.detail:
+            return True
+    return False
 
 
 def _replace(steps: list[StepRecord], updated: StepRecord) -> None:

@@ -27,6 +27,7 @@ from jsonschema.exceptions import SchemaError, ValidationError
 
 from .canonical import call_signature, canonical_hash
 from .formats import FORMAT_CHECKER, expected
+from .handoff import handoff_refusal, transfer_target
 from .json_input import json_problem, loads_strict
 from .redaction import Redactor
 from .safe_eval import EvaluationError, evaluate_rule
@@ -45,6 +46,7 @@ from .spec import (
     StepStatus,
     StopReason,
     ToolCall,
+    ToolKind,
     ToolSpec,
     taint_label,
     utcnow,
@@ -332,6 +334,7 @@ def counts_toward_tool_limit(step: StepRecord) -> bool:
 _STOPS: dict[str, StopReason] = {
     ErrorClass.MAX_TOOL_CALLS: StopReason.MAX_TOOL_CALLS,
     ErrorClass.REPEATED_CALL: StopReason.REPEATED_CALL,
+    ErrorClass.HANDOFF_LOOP: StopReason.HANDOFF_LOOP,
 }
 
 
@@ -422,6 +425,12 @@ class Planner:
             step.idempotency_key = f"{task_id}:{turn.seq}:{call.index}"
             count += 1
             signature = StepDetail(step.detail).signature
+            spec = self.specs.get(step.tool or "")
+            target = (
+                transfer_target(spec)
+                if spec is not None and spec.kind == ToolKind.HANDOFF
+                else None
+            )
             if count > self.limits.max_tool_calls and step.status is StepStatus.RUNNING:
                 step.status = StepStatus.SKIPPED
                 step.error = (
@@ -429,6 +438,23 @@ class Planner:
                 )
                 step.error_class = ErrorClass.MAX_TOOL_CALLS
                 stop = StopReason.MAX_TOOL_CALLS
+            elif target is not None:
+                # A handoff is never deduplicated: handing back and forth is
+                # what the loop rule judges.
+                refusal = (
+                    handoff_refusal(
+                        target,
+                        turn_seq=turn.seq,
+                        steps=[*steps, *planned],
+                        limits=self.limits,
+                    )
+                    if step.status is StepStatus.RUNNING
+                    else None
+                )
+                if refusal is not None:
+                    step.status = StepStatus.SKIPPED
+                    step.error_class, step.error, flagged = refusal
+                    stop = flagged or stop
             elif (
                 signature
                 and signature in successes
@@ -476,7 +502,7 @@ class Planner:
                     )
             elif (
                 step.status in (StepStatus.RUNNING, StepStatus.WAITING_APPROVAL)
-                and (spec := self.specs.get(step.tool or "")) is not None
+                and spec is not None
                 and spec.max_calls_per_run > 0
                 and calls_of.get(spec.name, 0) >= spec.max_calls_per_run
             ):

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .canonical import canonical_hash, canonical_json
 from .context import given_notes
 from .execution import Executor, ToolError, Untrusted
+from .handoff import HandoffRecord, HandoffRefused, transfer_target_of
 from .loop import Control, Engine, Outcome
 from .memory_journal import MemoryJournal
 from .model_client import Messages, ModelError, ModelReply, Tools, parse_message
@@ -34,6 +35,7 @@ from .routing import Routing
 from .spec import (
     FINAL_STEP_STATUSES,
     PLANNING_FAILURES,
+    AgentSnapshot,
     CallContext,
     Decision,
     DetailKey,
@@ -159,6 +161,52 @@ class ReplayTools:
         return replay
 
 
+class ReplayHandoffs:
+    """Handoffs as the recorded run made them: each transfer (in order, to the
+    same agent) gives the snapshot its step recorded, or the refusal it
+    recorded; the target's tools are today's definitions (``specs_for``) with
+    the recorded results as handlers."""
+
+    def __init__(
+        self,
+        recorded: Sequence[StepRecord],
+        tools: ReplayTools,
+        specs_for: Callable[[AgentSnapshot], Mapping[str, ToolSpec]],
+    ) -> None:
+        self._outcomes = [
+            s
+            for s in sorted(recorded, key=lambda s: s.seq)
+            if s.kind is StepKind.TOOL_CALL
+            and transfer_target_of(s.tool) is not None
+            and (
+                HandoffRecord.of(s) is not None
+                or s.error_class == ErrorClass.HANDOFF_REFUSED
+            )
+        ]
+        self._tools = tools
+        self._specs_for = specs_for
+
+    def transfer(self, *, target: str, source: AgentSnapshot) -> AgentSnapshot:
+        for index, step in enumerate(self._outcomes):
+            if transfer_target_of(step.tool) != target:
+                continue
+            del self._outcomes[index]
+            record = HandoffRecord.of(step)
+            if record is None:
+                raise HandoffRefused(step.error or "The handoff was refused.")
+            return record.snapshot
+        raise HandoffRefused(f"The recorded run did not hand off to '{target}' here.")
+
+    def toolbox(self, snapshot: AgentSnapshot) -> Toolbox:
+        specs = dict(self._specs_for(snapshot))
+        return Toolbox(
+            specs=specs, handlers={name: self._tools.handler(name) for name in specs}
+        )
+
+    def handed_off(self, step: StepRecord) -> None:
+        """Nothing to record: a re-run writes nothing."""
+
+
 def _raise(step: StepRecord) -> Any:
     raise ReplayedToolError(
         step.error or "The tool failed.", step.error_class or ErrorClass.TOOL_ERROR
@@ -270,6 +318,8 @@ class RecordedRun:
     price: ModelPrice | None = None
     #: The toolsets, when the run asked the model which it needed.
     routing: Routing | None = None
+    #: The agent it started with (its handoff targets; engine.handoff).
+    agent: AgentSnapshot | None = None
 
 
 @dataclass(frozen=True)
@@ -302,8 +352,13 @@ def rerun(
     specs: Mapping[str, ToolSpec],
     limits: Limits,
     redactor: Redactor | None = None,
+    specs_for: Callable[[AgentSnapshot], Mapping[str, ToolSpec]] | None = None,
 ) -> RerunResult:
-    """Feed ``run``'s recorded replies and results through the engine; compare."""
+    """Feed ``run``'s recorded replies and results through the engine; compare.
+
+    ``specs_for`` gives the tools of an agent the run hands off to (default:
+    the definitions its recorded snapshot carries).
+    """
     client = ReplayModelClient(run.steps)
     tools = ReplayTools(run.steps)
     executor = Executor(max_threads=4, max_abandoned=4, sleep=lambda _: None)
@@ -317,6 +372,10 @@ def rerun(
         redactor=redactor or Redactor(),
         price=run.price,
         routing=run.routing,
+        agent=run.agent,
+        handoffs=lambda: ReplayHandoffs(
+            run.steps, tools, specs_for or (lambda snapshot: snapshot.specs())
+        ),
     )
     journal = ReplayJournal(
         # Notes before the first model call were given to the run from outside

@@ -28,6 +28,9 @@ class ToolKind(StrEnum):
     PYTHON = "python"
     HTTP = "http"
     MCP = "mcp"
+    #: A transfer of the conversation to another agent (engine.handoff): offered
+    #: from the acting agent's handoff targets, never registered as a tool.
+    HANDOFF = "handoff"
 
 
 class ApprovalMode(StrEnum):
@@ -103,6 +106,8 @@ class StopReason(StrEnum):
     TOKEN_BUDGET = "token_budget"
     COST_BUDGET = "cost_budget"
     APPROVAL_EXPIRED = "approval_expired"
+    #: Agents kept handing the run to each other (engine.handoff).
+    HANDOFF_LOOP = "handoff_loop"
     MODEL_ERROR = "model_error"
     INTERNAL_ERROR = "internal_error"
     CANCELLED = "cancelled"
@@ -137,6 +142,10 @@ class ErrorClass(StrEnum):
     CIRCUIT_OPEN = "circuit_open"
     TOOL_CALL_LIMIT = "tool_call_limit"  # the tool's max_calls_per_run
     ALREADY_REJECTED = "already_rejected"  # an approver said no to this very call
+    HANDOFF_LOOP = "handoff_loop"  # a handoff over the run's limit, or a loop
+    # A handoff refused: the target may not be used by the run's user, is
+    # unknown, is the acting agent, or a second handoff in one turn.
+    HANDOFF_REFUSED = "handoff_refused"
     # Running a call.
     TIMEOUT = "timeout"
     TRANSIENT = "transient"
@@ -189,6 +198,9 @@ class DetailKey(StrEnum):
     # On a model call: the routing call of the turn and the route it chose
     # (engine.routing.Route); the conversation's messages leave it out.
     ROUTE = "route"
+    # On a handoff's tool call: who handed the run to whom, and the snapshot of
+    # the agent that acts from the next model call on (engine.handoff).
+    HANDOFF = "handoff"
     # Notes and compactions (what the model is told).
     TEXT = "text"
     ATTACH_TO = "attach_to"
@@ -398,6 +410,8 @@ class StepDetail:
     #: The call a fork re-ran with the arguments its forker gave
     #: (``{"edited": true, "parent": id, "original_arguments": ...}``).
     fork = _Key(DetailKey.FORK, _object)
+    #: A handoff's record (``{"from", "to", "snapshot"}``; engine.handoff).
+    handoff = _Key(DetailKey.HANDOFF, _object)
 
     @property
     def waited_for_approval(self) -> bool:
@@ -691,6 +705,9 @@ class StepRecord:
     #: A model call's cost in USD at the run's price; None when the model has
     #: no price (cost unknown), and on every other kind of step.
     cost_usd: float | None = None
+    #: The agent acting when the step was made, on runs whose agent may hand
+    #: off (engine.handoff); None on every other run (its task's agent acted).
+    agent: str | None = None
     rev: int = 0
 
     def copy(self, **changes: Any) -> StepRecord:
@@ -718,6 +735,8 @@ class Limits:
     stop_on_approval_expired: bool = False
     #: USD one run may spend on model calls (None: no limit); needs a price.
     max_cost_usd: float | None = None
+    #: Handoffs between agents one run may make (engine.handoff).
+    max_handoffs: int = 5
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -748,7 +767,7 @@ class Limits:
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 _SNAPSHOT_KEYS = frozenset(
-    {"name", "model", "instructions", "limits", "tools", "history"}
+    {"name", "model", "instructions", "limits", "tools", "history", "handoffs"}
 )
 
 
@@ -758,8 +777,9 @@ class AgentSnapshot:
 
     Stored as ``Task.agent_snapshot``, a plain JSON object: ``name``, ``model``,
     ``instructions``, ``limits``, ``tools`` (the tool definitions as they were,
-    docs/api.md) and, for forks and imports, ``history`` (the conversation's earlier
-    turns, carried because the run lives in a conversation of its own).
+    docs/api.md), ``handoffs`` (the agents it may hand the run to) and, for
+    forks and imports, ``history`` (the conversation's earlier turns, carried
+    because the run lives in a conversation of its own).
     :meth:`from_json` reads what any version stored; keys it does not know are
     kept in ``extra`` and written back by :meth:`to_json` as they were.
     """
@@ -772,6 +792,9 @@ class AgentSnapshot:
     tools: tuple[dict[str, Any], ...] = ()
     #: None when no turns were carried (read them from the conversation).
     history: tuple[dict[str, str], ...] | None = None
+    #: The agents it may hand the conversation to, each ``{"agent", "description"}``
+    #: (engine.handoff); recorded only when there are some.
+    handoffs: tuple[dict[str, str], ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -801,6 +824,14 @@ class AgentSnapshot:
                 if isinstance(history, list | tuple)
                 else None
             ),
+            handoffs=tuple(
+                {
+                    "agent": str(target["agent"]),
+                    "description": str(target.get("description") or ""),
+                }
+                for target in data.get("handoffs") or ()
+                if isinstance(target, Mapping) and target.get("agent")
+            ),
             extra={k: v for k, v in data.items() if k not in _SNAPSHOT_KEYS},
         )
 
@@ -815,6 +846,8 @@ class AgentSnapshot:
         data["tools"] = [dict(d) for d in self.tools]
         if self.history is not None:
             data["history"] = [dict(m) for m in self.history]
+        if self.handoffs:
+            data["handoffs"] = [dict(t) for t in self.handoffs]
         return {**dict(self.extra), **data}
 
     def replace(self, **changes: Any) -> AgentSnapshot:

@@ -229,11 +229,40 @@ def _this_turn(messages: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, A
     return messages
 
 
+#: The product's handoff tools (engine.handoff's ``transfer_to_<agent>``): a turn
+#: that only handed the conversation to another agent has not answered yet.
+HANDOFF_PREFIX = "transfer_to_"
+
+
 def awaits_first_reply(messages: Sequence[Mapping[str, Any]]) -> bool:
     """Nothing answered the user's last message yet. Platform notes (``system``:
-    what the agent remembers for this user, say) may stand after it."""
-    return any(m.get("role") == "user" for m in messages) and all(
-        m.get("role") == "system" for m in _this_turn(messages)
+    what the agent remembers for this user, say) may stand after it, and so may a
+    handoff (a call of ``transfer_to_<agent>`` and its result): the agent it went
+    to answers first."""
+    if not any(m.get("role") == "user" for m in messages):
+        return False
+    handoffs: set[Any] = set()
+    for message in _this_turn(messages):
+        role = message.get("role")
+        if role == "system":
+            continue
+        if role == "assistant" and _only_handoffs(message):
+            handoffs.update(call.get("id") for call in message["tool_calls"])
+            continue
+        if role in _RESULT_ROLES and message.get("tool_call_id") in handoffs:
+            continue
+        return False
+    return True
+
+
+def _only_handoffs(message: Mapping[str, Any]) -> bool:
+    calls = message.get("tool_calls")
+    if not calls or content_text(message.get("content")).strip():
+        return False
+    return all(
+        isinstance(call, Mapping)
+        and str((call.get("function") or {}).get("name", "")).startswith(HANDOFF_PREFIX)
+        for call in calls
     )
 
 

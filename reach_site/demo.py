@@ -1,4 +1,4 @@
-"""The demo cast, tools, notes and agent profile (``manage.py seed_demo``)."""
+"""The demo cast, tools, notes and agent profiles (``manage.py seed_demo``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.db import transaction
 from effects.models import Note
 from memory.seed import seed_memory_tools
 from registry.models import Agent, Tool
-from registry.services import tool_save
+from registry.services import agent_handoffs_set, tool_save
 
 DEMO_NOTES = [
     ("缓存改造", "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。"),
@@ -129,6 +129,17 @@ ASSISTANT_INSTRUCTIONS = (
     "language and name the note you used."
 )
 
+TRIAGE_INSTRUCTIONS = (
+    "You are the front desk of Agent Reach for a software team. You answer "
+    "nothing yourself: hand every question about the team's project notes, "
+    "budgets or calculations to the assistant with transfer_to_assistant."
+)
+#: What the triage agent's model reads of its one handoff target.
+TRIAGE_TO_ASSISTANT = (
+    "Questions about the team's project notes, budgets and calculations: it "
+    "searches the notes and calculates."
+)
+
 
 def demo_password() -> str:
     """REACH_DEMO_PASSWORD, or one generated once and kept in var/."""
@@ -227,4 +238,15 @@ def seed_demo() -> list[str]:
             is_default=not Agent.objects.filter(is_default=True).exists(),
         )
         created.append("agent assistant")
+    assistant = Agent.objects.filter(name="assistant").first()
+    if assistant is not None and not Agent.objects.filter(name="triage").exists():
+        # A front desk that hands the conversation on (README.md "Handoffs
+        # between agents").
+        triage = Agent.objects.create(
+            name="triage",
+            description="The front desk: hands each question to the agent for it.",
+            instructions=TRIAGE_INSTRUCTIONS,
+        )
+        agent_handoffs_set(agent=triage, targets=[(assistant, TRIAGE_TO_ASSISTANT)])
+        created.append("agent triage")
     return created

@@ -32,7 +32,15 @@ from registry.adapters.http import http_tool_try, sample_arguments
 from registry.adapters.mcp import MCPUnavailable, env_errors
 from registry.lint import lint_registry, lint_tool_in_registry
 from registry.mcp_import import IMPORT_WARNINGS, mcp_import_tools
-from registry.models import Agent, MCPServer, ModelPrice, Secret, Tool, ToolVersion
+from registry.models import (
+    Agent,
+    Handoff,
+    MCPServer,
+    ModelPrice,
+    Secret,
+    Tool,
+    ToolVersion,
+)
 from registry.payloads import (
     TOOL_IMPLEMENTATION_FIELDS,
     ToolSection,
@@ -40,7 +48,14 @@ from registry.payloads import (
 )
 from registry.permissions import can_register_tools
 from registry.secrets import secret_set
-from registry.services import model_price, tool_clean, tool_confirm, tool_save
+from registry.services import (
+    agent_handoffs_sync,
+    handoffs_of,
+    model_price,
+    tool_clean,
+    tool_confirm,
+    tool_save,
+)
 
 
 class PrettyJSONField(forms.JSONField):
@@ -538,9 +553,25 @@ class ToolAdmin(AccessAdminMixin, ToolQualityMixin, HttpTryItMixin, admin.ModelA
         tool_save(tool=obj, user=request.user)
 
 
+class HandoffInline(admin.TabularInline):
+    """The agents this one may hand its conversations to, each offered to the
+    model as ``transfer_to_<agent>`` with the description."""
+
+    model = Handoff
+    fk_name = "source"
+    extra = 0
+    verbose_name = "handoff target"
+    verbose_name_plural = (
+        "Handoffs: agents it may hand the conversation to (the model is offered "
+        "transfer_to_<agent> with the description; the run's user must be allowed "
+        "to use the target)"
+    )
+
+
 @admin.register(Agent)
 class AgentAdmin(AccessAdminMixin, AuditedAdmin):
     formfield_overrides = JSON_FIELDS
+    inlines = (HandoffInline,)
     audit_kind = AuditKind.AGENT_CHANGED
     audit_added_kind = AuditKind.AGENT_CREATED
     audit_object_type = "agent"
@@ -566,6 +597,13 @@ class AgentAdmin(AccessAdminMixin, AuditedAdmin):
                 "cost is unknown and the cost budget cannot apply. Add one under "
                 "Model prices.",
             )
+
+    def save_related(
+        self, request: HttpRequest, form: Any, formsets: Any, change: bool
+    ) -> None:
+        before = handoffs_of(form.instance) if change else []
+        super().save_related(request, form, formsets, change)
+        agent_handoffs_sync(agent=form.instance, user=request.user, before=before)
 
     def audit_object_id(self, obj: Agent) -> str:
         return obj.name

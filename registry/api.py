@@ -22,7 +22,7 @@ from registry.access import offered_tools_for, usable_agents, usable_tools_of
 from registry.models import Tool
 from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS, tool_definition
 from registry.permissions import can_register_tools
-from registry.services import tool_from_definition, tool_save
+from registry.services import handoffs_of, tool_from_definition, tool_save
 
 
 class AgentSchema(serializers.Serializer):
@@ -30,6 +30,11 @@ class AgentSchema(serializers.Serializer):
     description = serializers.CharField()
     model = serializers.CharField()
     tools = serializers.ListField(child=serializers.CharField())
+    handoffs = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The agents it may hand a conversation to (offered to its model "
+        "as transfer_to_<agent>)",
+    )
 
 
 class MCPToolSchema(serializers.Serializer):
@@ -96,6 +101,10 @@ class AgentList(APIView):
                     "model": a.effective_model,
                     "tools": [t.name for t in offered_tools_for(a, request.user)],
                     "default": a.is_default,
+                    # No query for an agent without handoff targets.
+                    "handoffs": (
+                        [t["agent"] for t in handoffs_of(a)] if a.has_handoffs else []
+                    ),
                 }
                 for a in page
             ],

@@ -14,6 +14,7 @@ from django.db import models
 from django.utils import timezone
 
 from engine import spec as engine
+from engine.handoff import MAX_TARGET_NAME
 from engine.pricing import ModelPrice as EnginePrice
 from engine.routing import Routing, check_toolsets
 from infra.model_fields import optional_user
@@ -127,6 +128,22 @@ class Agent(_Registered):
         choices=OnApprovalExpired.choices,
         default=OnApprovalExpired.TELL_MODEL,
     )
+    handoff_targets = models.ManyToManyField(
+        "self",
+        through="Handoff",
+        through_fields=("source", "target"),
+        symmetrical=False,
+        blank=True,
+        related_name="handoff_sources",
+    )
+    max_handoffs = models.PositiveIntegerField(
+        default=5,
+        help_text="Handoffs one run may make; one more stops it with handoff_loop "
+        "(so does handing it along a way it already went).",
+    )
+    # Whether it has handoff targets: kept by registry.services.agent_handoffs_sync
+    # (the admin's save), so that a run of an agent without any reads no more.
+    has_handoffs = models.BooleanField(default=False, editable=False)
     allowed_users, allowed_groups = _usable_by("usable_agents")
 
     class Meta(_Registered.Meta):
@@ -167,6 +184,44 @@ class Agent(_Registered):
             .order_by("name")
             if tool.pk in named or tags.intersection(tool.tags or [])
         ]
+
+
+class Handoff(models.Model):
+    """An agent may hand the conversation to ``target``: offered to its runs'
+    model as the tool ``transfer_to_<target>`` with ``description``
+    (engine.handoff). Written through the admin's agent page, whose save keeps
+    ``Agent.has_handoffs`` (registry.services.agent_handoffs_sync)."""
+
+    source = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="handoffs")
+    target = models.ForeignKey(
+        Agent, on_delete=models.CASCADE, related_name="handoffs_to"
+    )
+    description = models.CharField(
+        max_length=500,
+        help_text="When to hand the conversation to this agent; the model reads it.",
+    )
+
+    class Meta:
+        ordering = ["target__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "target"], name="uniq_handoff_target"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} → {self.target_id}"
+
+    def clean(self) -> None:
+        if self.source_id is not None and self.source_id == self.target_id:
+            raise ValidationError({"target": "An agent cannot hand off to itself."})
+        if self.target_id is not None and len(self.target.name) > MAX_TARGET_NAME:
+            raise ValidationError(
+                {
+                    "target": f"Its name is longer than {MAX_TARGET_NAME} characters: "
+                    "a tool's name (transfer_to_<name>) holds 64."
+                }
+            )
 
 
 class Tool(_Registered):

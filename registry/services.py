@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -28,7 +28,7 @@ from registry import access
 from registry.adapters import mcp as mcp_adapter
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.handlers import get_handler, handler_names
-from registry.models import Agent, MCPServer, Tool, ToolVersion
+from registry.models import Agent, Handoff, MCPServer, Tool, ToolVersion
 from registry.models import ModelPrice as PriceRow
 from registry.payloads import (
     TOOL_FIELDS,
@@ -253,8 +253,60 @@ def agent_snapshot_of(agent: Agent, *, user: Any = None) -> AgentSnapshot:
             tool_definition(t) | {"leaves_house": spec_for(t).leaves_house}
             for t in tools
         ),
+        # An agent without targets costs no query (its flag says so).
+        handoffs=tuple(handoffs_of(agent)) if agent.has_handoffs else (),
         extra={ROUTING_KEY: routing.to_json()} if routing is not None else {},
     )
+
+
+def handoffs_of(agent: Agent) -> list[dict[str, str]]:
+    """The agents ``agent`` may hand off to, as its snapshot records them."""
+    return [
+        {"agent": h.target.name, "description": h.description}
+        for h in Handoff.objects.filter(source=agent)
+        .select_related("target")
+        .order_by("target__name")
+    ]
+
+
+def agent_handoffs_sync(
+    *, agent: Agent, user: Any = None, before: list[dict[str, str]] | None = None
+) -> list[dict[str, str]]:
+    """After ``agent``'s handoff rows changed (``before``: what they were): keep
+    its ``has_handoffs`` flag, and audit the new list when it differs."""
+    after = handoffs_of(agent)
+    if agent.has_handoffs != bool(after):
+        agent.has_handoffs = bool(after)
+        Agent.objects.filter(pk=agent.pk).update(has_handoffs=agent.has_handoffs)
+    if after != (before or []):
+        # The targets' names, not the descriptions: the log carries no text.
+        audit_append(
+            kind=AuditKind.AGENT_HANDOFFS_CHANGED,
+            actor=user,
+            object_type="agent",
+            object_id=agent.name,
+            data={"targets": [target["agent"] for target in after]},
+        )
+    return after
+
+
+def agent_handoffs_set(
+    *, agent: Agent, targets: Sequence[tuple[Agent, str]], user: Any = None
+) -> list[dict[str, str]]:
+    """Make ``targets`` (each an agent and when to hand off to it) the agents
+    ``agent`` may hand its conversations to; audited. Raises ValidationError for
+    a target the agent cannot have (itself, a name too long for a tool)."""
+    with transaction.atomic():
+        before = handoffs_of(agent)
+        rows = [
+            Handoff(source=agent, target=target, description=description)
+            for target, description in targets
+        ]
+        for row in rows:
+            row.full_clean(validate_unique=False)
+        Handoff.objects.filter(source=agent).delete()
+        Handoff.objects.bulk_create(rows)
+        return agent_handoffs_sync(agent=agent, user=user, before=before)
 
 
 def model_price(model: str) -> ModelPrice | None:

@@ -213,6 +213,9 @@ class Step(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # A model call's cost (USD) at the run's price; null: unknown or no model call.
     cost_usd = models.FloatField(null=True, blank=True)
+    # The acting agent's name, on runs whose agent may hand off (engine.handoff);
+    # null on the others (the task's agent acted).
+    agent = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         db_table = "agents_step"

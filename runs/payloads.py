@@ -43,6 +43,8 @@ STEP_KEYS = (
     "detail",
     # USD at the run's price; null when unknown (no price) or no model call.
     "cost_usd",
+    # The acting agent, on runs whose agent may hand off; null on the others.
+    "agent",
 )
 
 

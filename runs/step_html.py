@@ -100,6 +100,7 @@ def step_item(step: Any) -> SafeString:
         + ">",
         '<div class="step-head">',
         f'<span class="seq">#{_e(get("seq"))}</span> ',
+        _acting(get("agent")),
         _head(kind, get, detail),
         f' <span class="badge status-{_e(status)}">'
         f"{_e(status.replace('_', ' '))}</span>",
@@ -115,6 +116,13 @@ def step_item(step: Any) -> SafeString:
         parts.append(_attempts(attempts))
     parts.append("</li>")
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped
+
+
+def _acting(agent: Any) -> str:
+    """The acting agent's badge, on runs whose agent may hand off."""
+    if not agent:
+        return ""
+    return f'<span class="badge agent" title="the acting agent">{_e(agent)}</span> '
 
 
 def _head(kind: str, get: Callable[[str], Any], detail: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ enqueues the task that runs it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -35,6 +36,7 @@ from engine.routing import ROUTE_KEY, ROUTING_KEY, Routing
 from engine.spec import AgentSnapshot, Limits, StepStatus, StopReason, TaskStatus
 from infra import runtime
 from infra.logging import current_intent, current_task_id
+from registry.handoffs import RegistryHandoffs
 from registry.services import toolbox_for_snapshot
 from runs import ports
 from runs.journal import DjangoJournal
@@ -135,7 +137,8 @@ def task_advance(*, task_id: Any) -> AdvanceResult:
 def build_engine(task: Task) -> Engine:
     snapshot = AgentSnapshot.from_json(task.agent_snapshot)
     toolbox = toolbox_for_snapshot(snapshot)
-    if (case := EvalCase.from_json(task.eval_case)) is not None:
+    case = EvalCase.from_json(task.eval_case)
+    if case is not None:
         # An evaluation changes nothing: writes answer with the case's stand-ins.
         toolbox = eval_toolbox(toolbox, case)
     # The slot's provider answers some runs itself (the MCP gateway's one-call runs).
@@ -163,6 +166,17 @@ def build_engine(task: Task) -> Engine:
         price=snapshot_price(snapshot.extra),
         routing=routing,
         read_window_s=settings.REACH_READ_WINDOW_MS / 1000,
+        agent=snapshot,
+        # Made only when the run first hands off (or follows a handoff).
+        handoffs=functools.partial(
+            RegistryHandoffs,
+            task_id=task.pk,
+            user=task.owner,
+            goal=task.goal,
+            wrap=functools.partial(eval_toolbox, case=case)
+            if case is not None
+            else None,
+        ),
     )
 
 

@@ -20,6 +20,8 @@ from django.db import transaction
 
 from audit.models import AuditKind
 from audit.services import audit_task
+from engine.handoff import acting_agent, transfer_specs
+from engine.handoff import run_limits as handoff_limits
 from engine.planning import Planner
 from engine.spec import (
     FINAL_STEP_STATUSES,
@@ -135,6 +137,10 @@ def task_fork(
 
         records = [_copied(s, task) for s in steps if s.seq < from_seq]
         if target.kind == Step.Kind.TOOL_CALL:
+            # The turn is its proposer's: the agent acting then (a handoff
+            # among the copies hands the fork on as it did the parent).
+            turn_seq = target.parent_seq
+            _, acting = acting_agent(records, snapshot, before_seq=turn_seq)
             records += _replanned(
                 fork=fork,
                 parent=task,
@@ -143,8 +149,12 @@ def task_fork(
                 arguments=arguments,
                 copied=records,
                 planner=Planner(
-                    specs=snapshot.specs(),
-                    limits=run_tasks.run_limits(fork, snapshot=snapshot),
+                    specs={**acting.specs(), **transfer_specs(acting)},
+                    limits=handoff_limits(
+                        run_tasks.run_limits(fork, snapshot=snapshot),
+                        records,
+                        before_seq=turn_seq,
+                    ),
                     redactor=redactor(),
                 ),
             )
@@ -214,6 +224,7 @@ def _replanned(
     )
     plan.flag(turn)
     for original, record in zip(siblings, plan.calls, strict=True):
+        record.agent = original.agent
         if not _edited(original, target, arguments):
             continue
         if record.status is StepStatus.FAILED and record.error_class in (

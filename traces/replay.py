@@ -28,6 +28,7 @@ __all__ = [
     "RerunResult",
     "TaskNotFinal",
     "current_specs",
+    "specs_of",
     "policy_decision",
     "recorded_run",
     "rerun",
@@ -51,7 +52,12 @@ def current_specs(task: Any) -> dict[str, ToolSpec]:
     tool). An imported trace may name tools this instance never had: those
     keep the definition the trace carries.
     """
-    snapshot = AgentSnapshot.from_json(task.agent_snapshot)
+    return specs_of(AgentSnapshot.from_json(task.agent_snapshot), task=task)
+
+
+def specs_of(snapshot: AgentSnapshot, *, task: Any) -> dict[str, ToolSpec]:
+    """Today's definitions of ``snapshot``'s tools (:func:`current_specs`), for
+    the agent a run started with and for each it handed off to."""
     names = list(dict.fromkeys(d["name"] for d in snapshot.tools))
     live = {t.name: t for t in Tool.objects.filter(name__in=names)}
     specs: dict[str, ToolSpec] = {}
@@ -84,6 +90,7 @@ def recorded_run(task: Any) -> RecordedRun:
             if ROUTE_KEY not in snapshot.extra
             else None
         ),
+        agent=snapshot,
     )
 
 
@@ -100,4 +107,5 @@ def task_rerun(*, task: Any) -> RerunResult:
         specs=current_specs(task),
         limits=run_limits(task),
         redactor=runtime.redactor(),
+        specs_for=lambda snapshot: specs_of(snapshot, task=task),
     )

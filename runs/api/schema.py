@@ -85,12 +85,18 @@ class StepSchema(serializers.ModelSerializer):
     duration_ms = serializers.FloatField(allow_null=True)
     detail = serializers.JSONField(
         help_text="What the engine recorded about the step (notes' text, the "
-        "approval and decision of a parked call, the route of a model call)"
+        "approval and decision of a parked call, the route of a model call, a "
+        "handoff's agents and the snapshot of the agent it hands to)"
     )
     cost_usd = serializers.FloatField(
         allow_null=True,
         help_text="A model call's USD at the run's price; null when unknown (no "
         "price) and on other kinds of step",
+    )
+    agent = serializers.CharField(
+        allow_null=True,
+        help_text="The agent acting when the step was made (a handoff hands the "
+        "run to another), on runs whose agent may hand off; null on the others",
     )
 
     class Meta:

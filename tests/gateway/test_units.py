@@ -12,6 +12,7 @@ from engine.spec import AgentSnapshot
 from gateway.model_client import GATEWAY_KEY, GatewayCall, GatewayModel, gateway_model
 from gateway.server import wait_for_outcome
 from gateway.services import gateway_call_start
+from registry.models import Agent
 from tests.support.cast import EMAIL
 from tests.support.runs import advance, pending
 
@@ -74,6 +75,8 @@ def test_the_gateway_serves_an_agent_only_to_those_who_may_use_it(alice, bob, de
     from gateway.services import GatewayError, gateway_agent
 
     demo.agent.allowed_users.add(alice)
+    # The demo's other agent (triage, which hands off to the assistant) too.
+    Agent.objects.get(name="triage").allowed_users.add(alice)
     assert gateway_agent(name=demo.agent.name, user=alice) == demo.agent
     with pytest.raises(GatewayError, match="may not use the agent"):
         gateway_agent(name=demo.agent.name, user=bob)

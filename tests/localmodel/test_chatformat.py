@@ -604,3 +604,42 @@ def test_the_assistant_replies_with_text_or_calls_never_both() -> None:
     assert rules_of(server.grammar or "")["root"] == (
         'tool-calls | message | message "\\n" tool-calls'
     )
+
+
+def test_after_a_handoff_the_agent_taking_over_still_owes_the_first_reply():
+    """A turn that only handed the conversation on (transfer_to_<agent> and its
+    result) has answered nothing: the next agent's reply starts with a call."""
+    handed = [
+        {"role": "system", "content": "You are the assistant."},
+        {"role": "user", "content": "项目笔记里哪个方案提到 Redis？"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "transfer_to_assistant", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"transferred_to": 1}'},
+    ]
+    assert chatformat.awaits_first_reply(handed)
+    searched = [
+        *handed[:2],
+        {
+            **handed[2],
+            "tool_calls": [
+                {
+                    **handed[2]["tool_calls"][0],
+                    "function": {"name": "search_notes", "arguments": "{}"},
+                }
+            ],
+        },
+        handed[3],
+    ]
+    assert not chatformat.awaits_first_reply(searched)
+    offered = [function_tool("search_notes", object_schema({}), "Search.")]
+    plan = plan_request(handed, offered, tool_choice="auto", tool_first=True)
+    assert plan.tool_choice.mode == "required"

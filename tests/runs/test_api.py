@@ -38,10 +38,11 @@ def test_a_revoked_or_unknown_token_answers_401(alice, api_client_for):
     assert client.get("/api/agents/").status_code == 401
 
 
-def test_agents_list_names_the_demo_agent_and_its_tools(alice, api_client_for):
+def test_agents_list_names_the_demo_agents_and_their_tools(alice, api_client_for):
     response = api_client_for(alice).get("/api/agents/")
     assert response.status_code == 200
-    [agent] = response.json()
+    # The assistant, and the triage agent that hands off to it (no tools).
+    triage, agent = response.json()
     assert agent["name"] == "assistant"
     assert set(agent["tools"]) == {
         "calculate",
@@ -49,6 +50,11 @@ def test_agents_list_names_the_demo_agent_and_its_tools(alice, api_client_for):
         "create_ticket",
         "send_email",
     }
+    assert (triage["name"], triage["tools"], triage["default"]) == (
+        "triage",
+        [],
+        False,
+    )
 
 
 def test_create_conversation_and_post_a_message_returns_202_with_the_task(
@@ -351,6 +357,7 @@ def test_tool_and_agent_lists_are_newest_first(admin_user, api_client_for):
     Agent.objects.create(name="support", description="Support desk.")
     assert [a["name"] for a in client.get("/api/agents/").json()] == [
         "support",
+        "triage",
         "assistant",
     ]
 
