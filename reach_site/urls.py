@@ -35,6 +35,10 @@ api_patterns = [
         "conversations/<uuid:conversation_id>/messages/",
         api.ConversationMessages.as_view(),
     ),
+    path(
+        "conversations/<uuid:conversation_id>/queue/",
+        api.ConversationQueue.as_view(),
+    ),
     path("tasks/", api.TaskList.as_view()),
     path("tasks/<uuid:task_id>/", api.TaskDetail.as_view()),
     path("tasks/<uuid:task_id>/steps/", api.TaskSteps.as_view()),

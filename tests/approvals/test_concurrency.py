@@ -7,14 +7,11 @@ barrier. Run on PostgreSQL with
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.core import mail
-from django.db import connection
 from rest_framework.test import APIClient
 
 from approvals.models import ApprovalRequest, ApprovalVote
@@ -24,6 +21,7 @@ from runs import tasks as run_tasks
 from runs.models import Step
 from tests.support.clients import bearer_client, decision_url
 from tests.support.runs import user_in
+from tests.support.waiting import at_once
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
 
@@ -34,32 +32,6 @@ def approvers(count: int) -> list[Any]:
 
 def bearer(user: Any) -> Any:
     return bearer_client(user, name="race")
-
-
-def at_once(jobs: list[Callable[[], Any]], timeout: float = 120) -> list[Any]:
-    """Run every job in its own thread, released together; return their results."""
-    barrier = threading.Barrier(len(jobs))
-    results: list[Any] = [None] * len(jobs)
-
-    def run(index: int, job: Callable[[], Any]) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[index] = job()
-        except BaseException as exc:  # noqa: BLE001 - asserted by the caller
-            results[index] = exc
-        finally:
-            connection.close()
-
-    threads = [
-        threading.Thread(target=run, args=(i, job), daemon=True)
-        for i, job in enumerate(jobs)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=timeout)
-        assert not thread.is_alive(), "a decision thread hung"
-    return results
 
 
 def test_fifty_concurrent_decisions_have_exactly_one_winner(alice, demo, email_waiting):

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.db import connection
+
 
 def wait_for(
     predicate: Callable[[], Any],
@@ -42,3 +44,31 @@ def in_threads(target: Callable[[int], Any], count: int, *, timeout: float) -> N
         thread.start()
     for thread in threads:
         thread.join(timeout)
+
+
+def at_once(jobs: list[Callable[[], Any]], timeout: float = 120) -> list[Any]:
+    """Run every job in its own thread, released together by a barrier; return
+    their results (an exception a job raised is its result). Each thread closes
+    its database connection when done."""
+    barrier = threading.Barrier(len(jobs))
+    results: list[Any] = [None] * len(jobs)
+
+    def run(index: int, job: Callable[[], Any]) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[index] = job()
+        except BaseException as exc:  # noqa: BLE001 - asserted by the caller
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=run, args=(i, job), daemon=True)
+        for i, job in enumerate(jobs)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+        assert not thread.is_alive(), "a thread hung"
+    return results
