@@ -21,7 +21,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_site.settings")
 
 app = Celery("reach_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runs", "effects", "approvals", "traces", "memory"])
+app.autodiscover_tasks(
+    ["runs", "effects", "approvals", "traces", "memory", "automations"]
+)
 
 
 @app.on_after_finalize.connect

@@ -102,6 +102,7 @@ INSTALLED_APPS = [
     "evals",
     "gateway",
     "console",
+    "automations",
 ]
 
 MIDDLEWARE = [
@@ -296,6 +297,12 @@ if REACH_ON_BUSY not in ("queue", "interrupt", "refuse"):
     raise ValueError(
         f"REACH_ON_BUSY is queue, interrupt or refuse, not {REACH_ON_BUSY!r}."
     )
+# Automations: a schedule fires at most this often; a due time later than this
+# (the beat was down) follows the schedule's missed-run policy; a trigger's
+# signature may be this old (or this far ahead), and is refused when seen again.
+REACH_SCHEDULE_MIN_INTERVAL_S = env_int("REACH_SCHEDULE_MIN_INTERVAL_S", 60)
+REACH_SCHEDULE_LATE_S = env_int("REACH_SCHEDULE_LATE_S", 60)
+REACH_TRIGGER_TOLERANCE_S = env_int("REACH_TRIGGER_TOLERANCE_S", 300)
 REACH_MAX_STORED_RESULT_CHARS = env_int("REACH_MAX_STORED_RESULT_CHARS", 100_000)
 REACH_MAX_IMPORT_BYTES = env_int("REACH_MAX_IMPORT_BYTES", 10_000_000)
 REACH_STEPS_PER_PAGE = env_int("REACH_STEPS_PER_PAGE", 500)

@@ -10,6 +10,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from approvals import api as approvals_api
 from approvals import views as approvals_views
 from audit import api as audit_api
+from automations import api as automations_api
 from effects import api as effects_api
 from evals import api as evals_api
 from evals import views as evals_views
@@ -49,6 +50,7 @@ api_patterns = [
     path("tasks/<uuid:task_id>/fork/", traces_api.TaskFork.as_view()),
     path("traces/import/", traces_api.TraceImport.as_view()),
     path("audit/", audit_api.AuditLog.as_view()),
+    path("triggers/<uuid:trigger_id>/", automations_api.TriggerFire.as_view()),
     path("evals/", evals_api.EvalList.as_view()),
     path("evals/<uuid:report_id>/", evals_api.EvalDetail.as_view()),
     path("memories/", memory_api.MemoryList.as_view()),

@@ -20,6 +20,19 @@ def _fernet() -> Fernet:
     return Fernet(key)
 
 
+def seal(value: str) -> str:
+    """``value`` encrypted with the secrets key (what :func:`unseal` reads)."""
+    return _fernet().encrypt(value.encode()).decode()
+
+
+def unseal(token: str) -> str | None:
+    """What :func:`seal` sealed; None when the key changed since."""
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except InvalidToken:
+        return None
+
+
 def secret_set(*, name: str, value: str) -> Secret:
     token = _fernet().encrypt(value.encode()).decode()
     secret, _ = Secret.objects.update_or_create(

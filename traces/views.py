@@ -33,6 +33,7 @@ from engine.spec import (
 )
 from infra.views import template_enum
 from registry.models import Agent
+from runs import ports
 from runs.models import Message, Step, Task
 from runs.selectors import filter_equal, filter_tainted, visible_task, visible_tasks
 from traces import charts, stats
@@ -51,6 +52,7 @@ FILTERS = (
     "origin",
     "conversation",
     "intent",
+    "source",
     "q",
 )
 PAGE_SIZE = 50
@@ -76,6 +78,7 @@ def filter_tasks(tasks: QuerySet[Task], params: Any) -> QuerySet[Task]:
             "agent": "agent__name",
             "user": "owner__username",
             "intent": "intent",
+            "source": "source",
         },
     )
     if params.get("tool"):
@@ -526,6 +529,8 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
             "route": route,
             "route_by": template_enum(RouteBy),
             "price": price,
+            # The schedule or trigger that started it, when one did.
+            "source": ports.source_link()(task.source) if task.source else None,
         },
     )
 
