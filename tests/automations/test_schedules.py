@@ -165,7 +165,7 @@ def test_saving_refuses_a_cadence_that_fires_too_often(alice, demo, settings):
     )
     with pytest.raises(CadenceError, match="minimum interval, 300 s"):
         services.schedule_save(schedule=schedule, user=alice)
-    assert not Schedule.objects.exists()
+    assert not Schedule.objects.filter(name="spam").exists()
 
 
 def test_beat_sends_the_tick_and_the_worker_knows_it():
