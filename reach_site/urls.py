@@ -79,6 +79,7 @@ urlpatterns = [
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
     path("console/", include("console.urls")),
+    path("schedules/", include("automations.urls")),
     path("evals/", evals_views.eval_list, name="evals"),
     path("evals/<uuid:report_id>/", evals_views.eval_detail, name="eval"),
     path("memory/", memory_views.memory_list, name="memory"),

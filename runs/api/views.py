@@ -72,10 +72,10 @@ class ConversationList(APIView):
 
 
 def _on_busy(data: dict[str, Any]) -> str | None:
-    value = data.get("on_busy")
-    if value is None:
+    if "on_busy" not in data:
         return None
-    if value not in Conversation.OnBusy.values:
+    value = data["on_busy"]
+    if not isinstance(value, str) or value not in Conversation.OnBusy.values:
         choices = ", ".join(Conversation.OnBusy.values)
         raise ApiValidationError({"on_busy": [f"on_busy is one of: {choices}."]})
     return str(value)
