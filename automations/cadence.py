@@ -55,6 +55,23 @@ class Cadence:
             ) from exc
         return found.astimezone(UTC)
 
+    def latest_until(self, at: datetime) -> datetime | None:
+        """The last due time at or before ``at`` (None: none before it), found
+        directly, however long ago the previous tick was."""
+        if self.interval_s:
+            anchor = self.anchor or at
+            if at < anchor:
+                return None
+            steps = int((at - anchor).total_seconds() // self.interval_s)
+            return (anchor + timedelta(seconds=steps * self.interval_s)).astimezone(UTC)
+        # croniter's get_prev is strictly before its start: start a second on.
+        local = (at + timedelta(seconds=1)).astimezone(self.zone())
+        try:
+            found = croniter(self.cron, local).get_prev(datetime)
+        except CroniterBadDateError:
+            return None
+        return found.astimezone(UTC)
+
     def upcoming(self, after: datetime, count: int = 5) -> list[datetime]:
         """The next ``count`` due times after ``after``."""
         return list(itertools.islice(self.due_times(after), count))

@@ -215,11 +215,7 @@ def schedule_fire(*, schedule_id: Any, due_at: datetime, now: datetime) -> Task 
         if not claimed:
             return None
         # The latest due time that passed: on time, or missed by downtime.
-        latest = due_at
-        for at in cadence.due_times(due_at):
-            if at > now:
-                break
-            latest = at
+        latest = max(due_at, cadence.latest_until(now) or due_at)
         late = (now - latest) > timedelta(seconds=settings.REACH_SCHEDULE_LATE_S)
         missed = late and schedule.missed == Schedule.Missed.SKIP
         audit = {

@@ -53,3 +53,14 @@ def test_a_cadence_that_never_fires_or_fires_too_often_is_refused(cadence, messa
 def test_a_cadence_at_the_minimum_is_accepted():
     Cadence(cron="*/2 * * * *").validate(min_interval_s=120, now=NOW)
     Cadence(interval_s=120).validate(min_interval_s=120, now=NOW)
+
+
+def test_the_latest_due_time_is_found_directly_after_a_long_gap():
+    hourly = Cadence(cron="0 * * * *")
+    a_year_on = datetime(2027, 3, 27, 12, 34, tzinfo=UTC)
+    assert hourly.latest_until(a_year_on) == datetime(2027, 3, 27, 12, 0, tzinfo=UTC)
+    on_the_hour = datetime(2027, 3, 27, 12, 0, tzinfo=UTC)
+    assert hourly.latest_until(on_the_hour) == on_the_hour
+    every_minute = Cadence(interval_s=60, anchor=NOW)
+    assert every_minute.latest_until(a_year_on) == a_year_on.replace(second=0)
+    assert every_minute.latest_until(datetime(2020, 1, 1, tzinfo=UTC)) is None
