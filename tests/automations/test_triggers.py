@@ -4,6 +4,7 @@ the template, the rate; real Redis for the replay and rate checks."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from automations import services
 from automations.models import Trigger
 from automations.signing import sign
 from runs.models import Task
+from tests.support.clients import logged_in
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("flush_redis")]
 
@@ -184,3 +186,54 @@ def test_the_schema_documents_the_trigger_endpoint(api_client_for, alice):
     operation = schema["paths"]["/api/triggers/{trigger_id}/"]["post"]
     assert {"202", "401", "409", "429"} <= set(operation["responses"])
     assert any(p["name"] == "X-Reach-Signature" for p in operation["parameters"])
+
+
+def test_the_admin_shows_a_new_triggers_secret_once_and_it_signs(admin_user, demo):
+    admin = admin_user
+    browser = logged_in(admin)
+    added = browser.post(
+        "/admin/automations/trigger/add/",
+        {
+            "name": "from the admin",
+            "owner": admin.pk,
+            "agent": demo.agent.pk,
+            "template": "Ticket: {subject}",
+            "rate_per_min": 5,
+            "enabled": "on",
+        },
+        follow=True,
+    )
+    shown = re.search(r"the secret ([0-9a-f]{64})", added.content.decode())
+    assert shown, "the secret is shown on saving"
+    trigger = Trigger.objects.get(name="from the admin")
+    assert shown.group(1) not in trigger.secret_sealed
+    # Shown once: the change page does not show it again.
+    page = browser.get(f"/admin/automations/trigger/{trigger.pk}/change/")
+    assert shown.group(1) not in page.content.decode()
+    assert AuditEvent.objects.filter(
+        kind=AuditKind.TRIGGER_CREATED, object_id=str(trigger.pk)
+    ).exists()
+
+    body = body_of(subject="printer on fire")
+    answer = post(trigger, body, sign(shown.group(1), body, int(time.time())))
+    assert answer.status_code == 202
+    assert Task.objects.get(pk=answer.json()["task"]).goal == "Ticket: printer on fire"
+
+
+def test_the_admin_refuses_a_template_that_reaches_into_the_body(admin_user, demo):
+    admin = admin_user
+    answer = logged_in(admin).post(
+        "/admin/automations/trigger/add/",
+        {
+            "name": "sneaky",
+            "owner": admin.pk,
+            "agent": demo.agent.pk,
+            "template": "{subject.__class__}",
+            "rate_per_min": 5,
+        },
+    )
+    assert answer.status_code == 200
+    assert "attributes, indexes, conversions and formats are not allowed" in (
+        answer.content.decode()
+    )
+    assert not Trigger.objects.filter(name="sneaky").exists()
