@@ -81,6 +81,18 @@ class AuditKind(models.TextChoices):
     SSO_USER_CREATED = "sso.user_created"
     SSO_IDENTITY_UNBOUND = "sso.identity_unbound"
     USER_GROUPS_CHANGED = "user.groups_changed"
+    # Automations: schedules saved, paused (by a person or because the owner may
+    # no longer run them), resumed, run now, fired; triggers created, fired and
+    # refused (unsigned, forged, stale, replayed, over their rate).
+    SCHEDULE_SAVED = "schedule.saved"
+    SCHEDULE_PAUSED = "schedule.paused"
+    SCHEDULE_RESUMED = "schedule.resumed"
+    SCHEDULE_RUN_NOW = "schedule.run_now"
+    SCHEDULE_FIRED = "schedule.fired"
+    TRIGGER_CREATED = "trigger.created"
+    TRIGGER_CHANGED = "trigger.changed"
+    TRIGGER_FIRED = "trigger.fired"
+    TRIGGER_REFUSED = "trigger.refused"
 
 
 class AuditEvent(models.Model):

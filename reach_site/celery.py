@@ -22,7 +22,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "reach_site.settings")
 app = Celery("reach_site")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(
-    ["runs", "effects", "approvals", "feedback", "traces", "memory", "notify"]
+    [
+        "runs",
+        "effects",
+        "approvals",
+        "feedback",
+        "traces",
+        "memory",
+        "notify",
+        "automations",
+    ]
 )
 
 

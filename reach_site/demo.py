@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
+from automations.seed import seed_demo_schedule
 from effects.models import Note
 from memory.seed import seed_memory_tools
 from registry.models import Agent, Tool
@@ -249,4 +250,7 @@ def seed_demo() -> list[str]:
         )
         agent_handoffs_set(agent=triage, targets=[(assistant, TRIAGE_TO_ASSISTANT)])
         created.append("agent triage")
+    alice = users.filter(username="alice").first()
+    if assistant is not None and alice is not None:
+        created += seed_demo_schedule(owner=alice, agent=assistant)
     return created

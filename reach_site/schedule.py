@@ -17,6 +17,12 @@ def add_schedule(app: Celery, *, reaper_interval_s: float) -> None:
         every, app.signature("approvals.expire"), name="expire approvals"
     )
     app.add_periodic_task(
+        every, app.signature("agents.reap_queued"), name="start queued messages"
+    )
+    app.add_periodic_task(
+        every, app.signature("automations.tick"), name="fire due schedules"
+    )
+    app.add_periodic_task(
         30.0, app.signature("agents.dispatch_outbox"), name="dispatch outbox"
     )
     app.add_periodic_task(

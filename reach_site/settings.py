@@ -120,6 +120,7 @@ INSTALLED_APPS = [
     "console",
     "backups",
     "sso",
+    "automations",
 ]
 
 MIDDLEWARE = [
@@ -343,6 +344,19 @@ REACH_READ_WINDOW_MS = env_float("REACH_READ_WINDOW_MS", 100.0)
 REACH_REAPER_INTERVAL_S = env_float("REACH_REAPER_INTERVAL_S", 15.0)
 REACH_QUEUED_GRACE_S = env_int("REACH_QUEUED_GRACE_S", 30)
 REACH_MAX_MESSAGE_CHARS = env_int("REACH_MAX_MESSAGE_CHARS", 8000)
+# A message sent while a run goes on: queue, interrupt or refuse (a new
+# conversation's default; each conversation may choose its own).
+REACH_ON_BUSY = env_str("REACH_ON_BUSY", "queue")
+if REACH_ON_BUSY not in ("queue", "interrupt", "refuse"):
+    raise ValueError(
+        f"REACH_ON_BUSY is queue, interrupt or refuse, not {REACH_ON_BUSY!r}."
+    )
+# Automations: a schedule fires at most this often; a due time later than this
+# (the beat was down) follows the schedule's missed-run policy; a trigger's
+# signature may be this old (or this far ahead), and is refused when seen again.
+REACH_SCHEDULE_MIN_INTERVAL_S = env_int("REACH_SCHEDULE_MIN_INTERVAL_S", 60)
+REACH_SCHEDULE_LATE_S = env_int("REACH_SCHEDULE_LATE_S", 60)
+REACH_TRIGGER_TOLERANCE_S = env_int("REACH_TRIGGER_TOLERANCE_S", 300)
 REACH_MAX_STORED_RESULT_CHARS = env_int("REACH_MAX_STORED_RESULT_CHARS", 100_000)
 REACH_MAX_IMPORT_BYTES = env_int("REACH_MAX_IMPORT_BYTES", 10_000_000)
 REACH_STEPS_PER_PAGE = env_int("REACH_STEPS_PER_PAGE", 500)

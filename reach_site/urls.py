@@ -11,6 +11,7 @@ from accounts import views as accounts_views
 from approvals import api as approvals_api
 from approvals import views as approvals_views
 from audit import api as audit_api
+from automations import api as automations_api
 from effects import api as effects_api
 from evals import api as evals_api
 from evals import views as evals_views
@@ -38,6 +39,10 @@ api_patterns = [
         "conversations/<uuid:conversation_id>/messages/",
         api.ConversationMessages.as_view(),
     ),
+    path(
+        "conversations/<uuid:conversation_id>/queue/",
+        api.ConversationQueue.as_view(),
+    ),
     path("tasks/", api.TaskList.as_view()),
     path("tasks/<uuid:task_id>/", api.TaskDetail.as_view()),
     path("tasks/<uuid:task_id>/steps/", api.TaskSteps.as_view()),
@@ -53,6 +58,7 @@ api_patterns = [
     path("review/labels/", feedback_api.LabelList.as_view()),
     path("traces/import/", traces_api.TraceImport.as_view()),
     path("audit/", audit_api.AuditLog.as_view()),
+    path("triggers/<uuid:trigger_id>/", automations_api.TriggerFire.as_view()),
     path("evals/", evals_api.EvalList.as_view()),
     path("evals/<uuid:report_id>/", evals_api.EvalDetail.as_view()),
     path("evals/suites/<str:name>/runs/", evals_api.SuiteRuns.as_view()),
@@ -83,6 +89,7 @@ urlpatterns = [
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
     path("console/", include("console.urls")),
+    path("schedules/", include("automations.urls")),
     path("evals/", evals_views.eval_list, name="evals"),
     path("evals/<uuid:report_id>/", evals_views.eval_detail, name="eval"),
     path(

@@ -52,6 +52,19 @@ def _keyring() -> MultiFernet:
     return MultiFernet([Fernet(_fernet_key(raw)) for raw in configured_keys()])
 
 
+def seal(value: str) -> str:
+    """``value`` encrypted with the secrets key (what :func:`unseal` reads)."""
+    return _keyring().encrypt(value.encode()).decode()
+
+
+def unseal(token: str) -> str | None:
+    """What :func:`seal` sealed; None when the key changed since."""
+    try:
+        return _keyring().decrypt(token.encode()).decode()
+    except InvalidToken:
+        return None
+
+
 def secret_set(*, name: str, value: str) -> Secret:
     token = _keyring().encrypt(value.encode()).decode()
     secret, _ = Secret.objects.update_or_create(

@@ -13,7 +13,13 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from runs import followups, ports
+
         user_logged_out.connect(_close_sockets, dispatch_uid="reach-close-sockets")
+        # A run's end starts the message queued behind it.
+        ports.task_finished.connect(
+            followups.on_task_finished, dispatch_uid="reach-queued-followup"
+        )
 
 
 def _close_sockets(sender: object, request: object, user: Any, **_: Any) -> None:

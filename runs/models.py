@@ -21,7 +21,24 @@ from infra.records import record_of
 from registry.models import Agent
 
 
+def default_on_busy() -> str:
+    """What a new conversation does with a message sent while a run goes on
+    (``REACH_ON_BUSY``, default ``queue``)."""
+    return str(settings.REACH_ON_BUSY)
+
+
 class Conversation(models.Model):
+    class OnBusy(models.TextChoices):
+        """What a message sent while a run of the conversation goes on does."""
+
+        #: Stored, and started when the run ends.
+        QUEUE = "queue"
+        #: The run is cancelled at its next step boundary; a new one starts with
+        #: both messages.
+        INTERRUPT = "interrupt"
+        #: Refused (409), as before queueing existed.
+        REFUSE = "refuse"
+
     id = uuid_id()
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
@@ -30,6 +47,12 @@ class Conversation(models.Model):
     title = models.CharField(max_length=200, blank=True)
     # An evaluation's conversation: kept out of the chat lists.
     is_eval = models.BooleanField(default=False)
+    on_busy = models.CharField(
+        max_length=10,
+        choices=OnBusy.choices,
+        default=default_on_busy,
+        help_text="What a message sent while a run goes on does.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -110,6 +133,13 @@ class Task(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     active_seconds = models.FloatField(default=0.0)
     cancel_requested = models.BooleanField(default=False)
+    # A message waits for this run to end (QueuedMessage): whoever finishes the
+    # run starts it after commit. A flag on the row the finish reads anyway, so a
+    # run nobody queued behind costs no query.
+    followup_queued = models.BooleanField(default=False)
+    # What started the run when no one typed it: "schedule:<id>",
+    # "trigger:<id>" (automations); blank for a chat message.
+    source = models.CharField(max_length=120, blank=True, db_index=True)
     tainted_by = models.JSONField(default=list, blank=True)
     # The taint it started with (earlier tasks of its conversation, the parent),
     # recorded when it starts; null on tasks from before it was recorded.
@@ -260,6 +290,53 @@ class Step(models.Model):
             if hasattr(value, "value") and name in ("kind", "status"):
                 value = value.value
             setattr(self, name, value)
+
+
+class QueuedMessage(models.Model):
+    """A message sent while a run of its conversation went on, waiting to start.
+
+    Started exactly once (a guarded UPDATE of ``state`` in the transaction that
+    creates its run) by whoever finishes the run it waits for, or by the reaper
+    when that process died before it could.
+    """
+
+    class Mode(models.TextChoices):
+        QUEUE = "queue"
+        INTERRUPT = "interrupt"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        STARTED = "started"
+        #: It could not start (the daily budget, the agent no longer usable…):
+        #: ``error`` says why.
+        FAILED = "failed"
+
+    id = uuid_id()
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="queued_messages"
+    )
+    content = models.TextField()
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.QUEUE)
+    state = models.CharField(
+        max_length=10, choices=State.choices, default=State.QUEUED, db_index=True
+    )
+    #: The run it waited for, and the run it started.
+    behind = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    task = models.ForeignKey(
+        Task, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["state", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.content[:40]} ({self.state})"
 
 
 class DailyBudget(models.Model):

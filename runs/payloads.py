@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 
 from engine.spec import DetailKey
 from registry.payloads import iso
-from runs.models import Conversation, Step, Task
+from runs.models import Conversation, QueuedMessage, Step, Task
 
 #: A step's keys (docs/api.md "Step"): the first ones in their order there, then
 #: the extensions (shapes only grow), then the step's cost. ``step_payload`` and
@@ -88,6 +88,7 @@ TASK_PAYLOAD_FIELDS = (
     "estimated_calls",
     "cost_usd",
     "intent",
+    "source",
     "step_count",
     "parent_id",
     "parent_seq",
@@ -140,6 +141,8 @@ def task_payload(task: Task) -> dict[str, Any]:
         "usage_estimated": task.usage_estimated,
         # The route of the turn; null when the agent has no toolsets.
         "intent": task.intent,
+        # What started a run no one typed ("schedule:<id>", "trigger:<id>").
+        "source": task.source or None,
     }
 
 
@@ -158,6 +161,7 @@ def conversation_payload(
         "agent": conversation.agent.name,
         "created_at": iso(conversation.created_at),
         "title": conversation.title,
+        "on_busy": conversation.on_busy,
     }
     if messages:
         data["messages"] = [
@@ -170,3 +174,19 @@ def conversation_payload(
             for m in conversation.messages.all()
         ]
     return data
+
+
+def queued_payload(queued: QueuedMessage) -> dict[str, Any]:
+    """A queued message (docs/api.md "Queued message")."""
+    return {
+        "id": str(queued.id),
+        "conversation": str(queued.conversation_id),
+        "content": queued.content,
+        "mode": queued.mode,
+        "state": queued.state,
+        "behind": str(queued.behind_id) if queued.behind_id else None,
+        "task": str(queued.task_id) if queued.task_id else None,
+        "error": queued.error or None,
+        "created_at": iso(queued.created_at),
+        "started_at": iso(queued.started_at),
+    }

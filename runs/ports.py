@@ -117,6 +117,34 @@ eval_report_url = Slot[PageUrl]("evaluation report page", filled_by="evals")
 add_to_suite_url = Slot[PageUrl]("page that adds a run to a suite", filled_by="evals")
 
 
+# -- what started a run ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceLink:
+    """What a run's ``source`` names: a label, and its page (None: none)."""
+
+    label: str
+    url: str | None
+
+
+class SourceLinkFor(Protocol):
+    def __call__(self, source: str, /) -> SourceLink | None:
+        """What ``source`` (``Task.source``: ``"schedule:<id>"``…) names."""
+
+
+def _no_source_link(source: str, /) -> SourceLink | None:
+    return None
+
+
+#: The schedule or trigger that started a run, for its trace page. Filled by
+#: ``automations`` (``AutomationsConfig.ready``, automations/apps.py) with
+#: ``automations.links.source_link``; unfilled, the page shows the raw source.
+source_link = Slot[SourceLinkFor](
+    "run source", filled_by="automations", default=_no_source_link
+)
+
+
 # -- notifications ---------------------------------------------------------------
 
 #: Sent with ``sender=Task, task=task`` when ``task`` reached its final status,

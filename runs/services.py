@@ -23,6 +23,7 @@ from engine.routing import ROUTING_KEY, Route
 from engine.spec import FINAL_TASK_STATUSES, StopReason, TaskStatus
 from infra import runtime
 from infra.errors import ErrorKind, ServiceError
+from registry.access import may_use_agent
 from registry.services import agent_snapshot_of, snapshot_priced, snapshot_routed
 from runs import events as notify
 from runs import ports
@@ -32,7 +33,7 @@ from runs import ports
 from runs import tasks as celery_tasks
 from runs.budgets import DailyBudgetExceeded, budget_check
 from runs.finish import _finish_task, message_add
-from runs.models import Conversation, Message, Task
+from runs.models import Conversation, Message, QueuedMessage, Task
 from runs.steps import steps_insert
 
 
@@ -41,9 +42,11 @@ class ConversationBusy(ServiceError):
 
     default_kind = ErrorKind.CONFLICT
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, on_busy: str = "refuse") -> None:
         super().__init__(str(task.pk))
         self.task = task
+        #: The conversation's choice (:class:`Conversation.OnBusy`).
+        self.on_busy = on_busy
 
 
 class ConversationReadOnly(ServiceError, ValueError):
@@ -66,11 +69,23 @@ class TaskFinal(ServiceError):
 # -- starting --------------------------------------------------------------------
 
 
-def conversation_create(*, owner: Any, agent: Any) -> Conversation:
+def conversation_create(
+    *, owner: Any, agent: Any, on_busy: str | None = None
+) -> Conversation:
     now = timezone.now()
+    extra = {"on_busy": Conversation.OnBusy(on_busy)} if on_busy else {}
     return Conversation.objects.create(
-        owner=owner, agent=agent, created_at=now, updated_at=now
+        owner=owner, agent=agent, created_at=now, updated_at=now, **extra
     )
+
+
+def conversation_set_on_busy(
+    *, conversation: Conversation, on_busy: Any
+) -> Conversation:
+    """Choose what a message sent while a run of ``conversation`` goes on does."""
+    conversation.on_busy = Conversation.OnBusy(on_busy)
+    Conversation.objects.filter(pk=conversation.pk).update(on_busy=conversation.on_busy)
+    return conversation
 
 
 class _Turns(NamedTuple):
@@ -126,6 +141,7 @@ def task_start(
     eval_case: dict[str, Any] | None = None,
     enforce_budget: bool = False,
     routed: bool = True,
+    source: str = "",
 ) -> Task:
     """Record the user's message and a new task for it; enqueue it after commit.
 
@@ -134,7 +150,8 @@ def task_start(
     when the owner's daily budget is used up (a user's own message; forks,
     retries and evaluations are operators' and are not refused). ``routed``
     False offers every tool whatever the agent's toolsets (a call that names
-    its tool, as the MCP gateway's do).
+    its tool, as the MCP gateway's do). ``source`` names what started a run
+    no one typed (``"schedule:<id>"``, ``"trigger:<id>"``).
 
     The run's price is read here, once, into its snapshot; so is its route
     when the agent's toolset rules pick one (:mod:`engine.routing`).
@@ -165,7 +182,9 @@ def task_start(
         conversation = _locked(conversation)
         turns = _turns(conversation)
         if turns.active is not None:
-            raise ConversationBusy(Task.objects.get(pk=turns.active))
+            raise ConversationBusy(
+                Task.objects.get(pk=turns.active), on_busy=conversation.on_busy
+            )
         if turns.imported:
             # An imported trace is a read-only record: nothing runs beside it.
             raise ConversationReadOnly(
@@ -203,6 +222,7 @@ def task_start(
             # Unknown (null) for a model without a price: its steps add to null.
             cost_usd=0.0 if snapshot_price(snapshot.extra) is not None else None,
             intent=route.intent if route is not None else None,
+            source=source,
             created_at=now,
             updated_at=now,
         )
@@ -232,6 +252,155 @@ def task_start(
         if memory is None:
             notify.task_changed_on_commit(task.pk)
     return task
+
+
+# -- a message while a run goes on ------------------------------------------------
+
+
+class Sent(NamedTuple):
+    """What a message sent to a conversation became: a run, or a queued message."""
+
+    task: Task | None = None
+    queued: QueuedMessage | None = None
+
+
+def message_send(
+    *, conversation: Conversation, content: str, enforce_budget: bool = False
+) -> Sent:
+    """A user's message to ``conversation``: a new run, or, while a run goes on,
+    what the conversation's ``on_busy`` says.
+
+    ``queue`` stores it (:class:`QueuedMessage`) to start when the run ends;
+    ``interrupt`` stores it too and cancels the run at its next step boundary
+    (the new run gets both messages); ``refuse`` raises :class:`ConversationBusy`,
+    as :func:`task_start` always does. A message to an idle conversation costs
+    what :func:`task_start` costs: the busy case alone reads more.
+    """
+    try:
+        return Sent(
+            task=task_start(
+                conversation=conversation,
+                content=content,
+                enforce_budget=enforce_budget,
+            )
+        )
+    except ConversationBusy as busy:
+        if busy.on_busy == Conversation.OnBusy.REFUSE:
+            raise
+    with transaction.atomic():
+        locked = _locked(conversation)
+        active = _turns(locked).active
+        if active is not None:
+            queued = _message_queue(
+                conversation=locked,
+                content=content,
+                active=active,
+                policy=Conversation.OnBusy(locked.on_busy),
+            )
+            if queued is not None:
+                return Sent(queued=queued)
+        # The run ended meanwhile: this message starts one now.
+        return Sent(
+            task=task_start(
+                conversation=locked, content=content, enforce_budget=enforce_budget
+            )
+        )
+
+
+def _message_queue(
+    *,
+    conversation: Conversation,
+    content: str,
+    active: Any,
+    policy: Conversation.OnBusy,
+) -> QueuedMessage | None:
+    """Queue ``content`` behind the active run (under the conversation's lock);
+    None when that run ended meanwhile (start it at once instead)."""
+    content = runtime.redactor().text(content.strip())
+    if not content:
+        raise ValueError("The message is empty.")
+    if len(content) > settings.REACH_MAX_MESSAGE_CHARS:
+        raise ValueError(
+            f"The message is longer than {settings.REACH_MAX_MESSAGE_CHARS} characters."
+        )
+    # Guarded by the run's status: a run whose finish commits first has read the
+    # flag already, so it is not set on a run that will never look at it.
+    if not Task.objects.filter(pk=active, status__in=Task.ACTIVE).update(
+        followup_queued=True
+    ):
+        return None
+    mode = QueuedMessage.Mode.QUEUE
+    if policy == Conversation.OnBusy.INTERRUPT:
+        mode = QueuedMessage.Mode.INTERRUPT
+        goal = Task.objects.filter(pk=active).values_list("goal", flat=True).first()
+        # The new run answers both: what was asked and what came after.
+        content = f"{goal}\n\n{content}" if goal else content
+    queued = QueuedMessage.objects.create(
+        conversation=conversation, content=content, mode=mode, behind_id=active
+    )
+    if mode == QueuedMessage.Mode.INTERRUPT:
+        # Idle now (queued, waiting for a human): it finishes here, and its
+        # finish starts the message after commit; running: at its next step.
+        task_cancel(task=Task(pk=active), user=conversation.owner)
+    return queued
+
+
+def queued_start_next(*, conversation_id: Any) -> Task | None:
+    """Start the oldest queued message of the conversation when no run goes on.
+
+    Exactly once: the message is claimed by a guarded UPDATE in the transaction
+    that creates its run. A message that cannot start (the daily budget is used
+    up, the agent is no longer usable, the conversation became read-only) is
+    marked failed with the reason, and the next one is tried.
+    """
+    with transaction.atomic():
+        conversation = (
+            Conversation.objects.select_for_update()
+            .select_related("owner", "agent")
+            .filter(pk=conversation_id)
+            .first()
+        )
+        if conversation is None:
+            return None
+        active = _turns(conversation).active
+        if active is not None:
+            # Another run started meanwhile: the message waits for that one.
+            Task.objects.filter(pk=active, status__in=Task.ACTIVE).update(
+                followup_queued=True
+            )
+            return None
+        waiting = list(
+            conversation.queued_messages.filter(state=QueuedMessage.State.QUEUED)
+        )
+        for index, queued in enumerate(waiting):
+            claimed = QueuedMessage.objects.filter(
+                pk=queued.pk, state=QueuedMessage.State.QUEUED
+            ).update(state=QueuedMessage.State.STARTED, started_at=timezone.now())
+            if not claimed:
+                continue
+            try:
+                with transaction.atomic():
+                    task = _queued_task(conversation, queued)
+            except (ServiceError, ValueError) as refused:
+                QueuedMessage.objects.filter(pk=queued.pk).update(
+                    state=QueuedMessage.State.FAILED, error=str(refused)[:1000]
+                )
+                continue
+            QueuedMessage.objects.filter(pk=queued.pk).update(task=task)
+            if index + 1 < len(waiting):
+                Task.objects.filter(pk=task.pk).update(followup_queued=True)
+            return task
+    return None
+
+
+def _queued_task(conversation: Conversation, queued: QueuedMessage) -> Task:
+    if not may_use_agent(conversation.owner, conversation.agent):
+        raise ValueError(
+            f"You may no longer use the agent '{conversation.agent.name}'."
+        )
+    return task_start(
+        conversation=conversation, content=queued.content, enforce_budget=True
+    )
 
 
 # -- cancelling --------------------------------------------------------------------
@@ -275,8 +444,12 @@ def task_cancel(*, task: Task, user: Any) -> Task:
 __all__ = [
     "ConversationBusy",
     "ConversationReadOnly",
+    "Sent",
+    "message_send",
+    "queued_start_next",
     "TaskFinal",
     "conversation_create",
+    "conversation_set_on_busy",
     "task_cancel",
     "task_start",
 ]

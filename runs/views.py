@@ -17,7 +17,7 @@ from registry.models import Agent
 from runs import selectors
 from runs import services as runs
 from runs.budgets import budget_status
-from runs.models import Conversation, Message, Step, Task
+from runs.models import Conversation, Message, QueuedMessage, Step, Task
 
 
 @dataclass
@@ -91,6 +91,18 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
     active = next(
         (t.task for t in reversed(turns) if t.task and not t.task.is_final), None
     )
+    queued = (
+        list(
+            conversation.queued_messages.filter(
+                state=QueuedMessage.State.QUEUED
+            ).order_by("created_at", "id")
+        )
+        if conversation is not None and active is not None
+        else []
+    )
+    refuses = (
+        conversation.on_busy == Conversation.OnBusy.REFUSE if conversation else False
+    )
     return render(
         request,
         "runs/chat.html",
@@ -106,6 +118,9 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
                 offered_tools_for(agent, request.user) if agent and usable else []
             ),
             "active_task": active,
+            # A busy conversation that queues keeps its message box open.
+            "composer_locked": active is not None and refuses,
+            "queued_messages": queued,
             # The user's daily budget, when one applies (what the composer says).
             "budget": budget_status(user=request.user) if agent and usable else None,
         },

@@ -35,6 +35,7 @@ from feedback.judges import agreement_per_judge, online_scores
 from feedback.services import feedback_on, feedback_per_agent
 from infra.views import template_enum
 from registry.models import Agent
+from runs import ports
 from runs.models import Message, Step, Task
 from runs.selectors import filter_equal, filter_tainted, visible_task, visible_tasks
 from traces import charts, stats
@@ -53,6 +54,7 @@ FILTERS = (
     "origin",
     "conversation",
     "intent",
+    "source",
     "q",
 )
 PAGE_SIZE = 50
@@ -78,6 +80,7 @@ def filter_tasks(tasks: QuerySet[Task], params: Any) -> QuerySet[Task]:
             "agent": "agent__name",
             "user": "owner__username",
             "intent": "intent",
+            "source": "source",
         },
     )
     if params.get("tool"):
@@ -529,6 +532,8 @@ def trace_detail(request: HttpRequest, task_id: Any) -> HttpResponse:
             "route": route,
             "route_by": template_enum(RouteBy),
             "price": price,
+            # The schedule or trigger that started it, when one did.
+            "source": ports.source_link()(task.source) if task.source else None,
         },
     )
 

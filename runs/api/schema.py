@@ -11,7 +11,7 @@ from __future__ import annotations
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import serializers
 
-from runs.models import Message, Step, Task
+from runs.models import Conversation, Message, QueuedMessage, Step, Task
 from runs.payloads import STEP_KEYS
 
 
@@ -65,6 +65,11 @@ class TaskSchema(serializers.Serializer):
     )
     usage_estimated = serializers.BooleanField(
         help_text="Some of its tokens are estimates (the endpoint reported none)"
+    )
+    source = serializers.CharField(
+        allow_null=True,
+        required=False,
+        help_text='What started a run no one typed: "schedule:<id>", "trigger:<id>".',
     )
     intent = serializers.CharField(
         allow_null=True,
@@ -121,6 +126,45 @@ class ConversationSchema(serializers.Serializer):
     id = serializers.CharField()
     agent = serializers.CharField()
     created_at = serializers.DateTimeField()
+    on_busy = serializers.ChoiceField(
+        Conversation.OnBusy.values,
+        help_text="What a message sent while a run goes on does.",
+    )
+
+
+class QueuedMessageSchema(serializers.Serializer):
+    id = serializers.CharField()
+    conversation = serializers.CharField()
+    content = serializers.CharField()
+    mode = serializers.ChoiceField(QueuedMessage.Mode.values)
+    state = serializers.ChoiceField(
+        QueuedMessage.State.values,
+        help_text="queued until the run it waits for ends; started (task set) or "
+        "failed (error says why)",
+    )
+    behind = serializers.CharField(
+        allow_null=True, help_text="The run it waits for (its id)."
+    )
+    task = serializers.CharField(allow_null=True, help_text="The run it started.")
+    error = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+
+
+class MessageAcceptedSchema(serializers.Serializer):
+    task = serializers.CharField(
+        allow_null=True,
+        help_text="The run the message started; null when it was queued.",
+    )
+    queued = QueuedMessageSchema(
+        required=False,
+        help_text="Present when a run was going on and the conversation queues "
+        "(or interrupts): the message waiting to start.",
+    )
+
+
+class ConversationUpdateSchema(serializers.Serializer):
+    on_busy = serializers.ChoiceField(Conversation.OnBusy.values)
 
 
 class ConversationDetailSchema(ConversationSchema):
@@ -128,6 +172,11 @@ class ConversationDetailSchema(ConversationSchema):
 
 
 class ConversationCreateSchema(serializers.Serializer):
+    on_busy = serializers.ChoiceField(
+        Conversation.OnBusy.values,
+        required=False,
+        help_text="Default: REACH_ON_BUSY (queue).",
+    )
     agent = serializers.CharField(
         required=False,
         allow_blank=True,

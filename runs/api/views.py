@@ -3,6 +3,8 @@ tools are ``registry.api``'s, the notes ``effects.api``'s)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
@@ -21,7 +23,13 @@ from runs import selectors
 from runs import services as runs
 from runs.api import schema
 from runs.api.common import own_conversation_or_404, visible_task_or_404
-from runs.payloads import conversation_payload, step_payload, task_payload
+from runs.models import Conversation
+from runs.payloads import (
+    conversation_payload,
+    queued_payload,
+    step_payload,
+    task_payload,
+)
 
 
 class ConversationList(APIView):
@@ -54,10 +62,23 @@ class ConversationList(APIView):
             agent = selectors.default_agent(request.user)
             if agent is None:
                 raise ApiValidationError({"agent": ["No agent is configured."]})
-        conversation = runs.conversation_create(owner=request.user, agent=agent)
+        on_busy = _on_busy(request.data)
+        conversation = runs.conversation_create(
+            owner=request.user, agent=agent, on_busy=on_busy
+        )
         return Response(
             conversation_payload(conversation), status=status.HTTP_201_CREATED
         )
+
+
+def _on_busy(data: dict[str, Any]) -> str | None:
+    if "on_busy" not in data:
+        return None
+    value = data["on_busy"]
+    if not isinstance(value, str) or value not in Conversation.OnBusy.values:
+        choices = ", ".join(Conversation.OnBusy.values)
+        raise ApiValidationError({"on_busy": [f"on_busy is one of: {choices}."]})
+    return str(value)
 
 
 def _not_yours(agent: Agent) -> str:
@@ -73,18 +94,49 @@ class ConversationDetail(APIView):
         conversation = own_conversation_or_404(request, conversation_id)
         return Response(redacted(conversation_payload(conversation, messages=True)))
 
+    @extend_schema(
+        request=schema.ConversationUpdateSchema,
+        responses={200: schema.ConversationSchema},
+        description="Choose what a message sent while a run goes on does.",
+    )
+    def patch(self, request: Request, conversation_id: str) -> Response:
+        conversation = own_conversation_or_404(request, conversation_id)
+        if not isinstance(request.data, dict) or "on_busy" not in request.data:
+            raise ApiValidationError({"on_busy": ['Send {"on_busy": choice}.']})
+        on_busy = _on_busy(request.data)
+        conversation = runs.conversation_set_on_busy(
+            conversation=conversation, on_busy=on_busy
+        )
+        return Response(conversation_payload(conversation))
+
+
+class ConversationQueue(APIView):
+    @extend_schema(
+        responses=schema.QueuedMessageSchema(many=True),
+        description="The messages sent while a run went on, oldest first.",
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        conversation = own_conversation_or_404(request, conversation_id)
+        rows = conversation.queued_messages.order_by("created_at", "id")
+        page, headers = paginate(request, rows)
+        return Response([redacted(queued_payload(q)) for q in page], headers=headers)
+
 
 class ConversationMessages(APIView):
     @extend_schema(
         request=schema.MessageCreateSchema,
         responses={
-            202: schema.TaskRefSchema,
+            202: schema.MessageAcceptedSchema,
             409: schema.MessageConflictSchema,
             429: schema.BudgetExceededSchema,
         },
-        description="Starts a run. 429 when the caller's daily budget is used up "
-        "(the body and Retry-After say when it resets) or the API throttle "
-        "refuses the request.",
+        description="Starts a run. While a run goes on, the conversation's on_busy "
+        "decides: queue (202 with the queued message, started when the run "
+        "ends), interrupt (202 likewise; the run is cancelled at its next step "
+        "boundary and a new one answers both messages) or refuse (409 with the "
+        "active task). 429 when the caller's daily budget is used up (the body "
+        "and Retry-After say when it resets) or the API throttle refuses the "
+        "request.",
     )
     def post(self, request: Request, conversation_id: str) -> Response:
         conversation = own_conversation_or_404(request, conversation_id)
@@ -98,7 +150,7 @@ class ConversationMessages(APIView):
         # A spent daily budget (429) and a read-only conversation (409) answer
         # their kinds' statuses (infra.api.errors).
         try:
-            task = runs.task_start(
+            sent = runs.message_send(
                 conversation=conversation, content=content, enforce_budget=True
             )
         except runs.ConversationBusy as busy:
@@ -113,7 +165,13 @@ class ConversationMessages(APIView):
             raise
         except ValueError as exc:
             raise ApiValidationError({"content": [str(exc)]}) from exc
-        return Response({"task": str(task.pk)}, status=status.HTTP_202_ACCEPTED)
+        if sent.queued is not None:
+            return Response(
+                {"task": None, "queued": redacted(queued_payload(sent.queued))},
+                status=status.HTTP_202_ACCEPTED,
+            )
+        assert sent.task is not None
+        return Response({"task": str(sent.task.pk)}, status=status.HTTP_202_ACCEPTED)
 
 
 class TaskList(APIView):

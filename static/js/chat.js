@@ -120,6 +120,65 @@ function updateTask(article, task) {
     streams.delete(task.id);
     setBusy(false);
     scrollDown();
+    startQueued();
+  }
+}
+
+// A message sent while a run went on, shown as queued until it starts.
+function queuedBlock(queued) {
+  const article = el("article", "turn queued");
+  article.dataset.queued = queued.id;
+  article.setAttribute("data-testid", "queued-message");
+  article.append(bubble("user", queued.content));
+  const note = el("p", "muted small");
+  const badge = el(
+    "span",
+    "badge status-queued",
+    queued.mode === "interrupt" ? "queued (interrupting)" : "queued",
+  );
+  badge.dataset.queuedState = "";
+  note.append(badge, document.createTextNode(" starts when the run before it ends"));
+  article.append(note);
+  return article;
+}
+
+// When a run ends, the messages queued behind it start (server side): follow
+// each until it has its run, then show that run live as any other turn.
+let polling = false;
+async function startQueued() {
+  const waiting = () => turns.querySelectorAll("article.turn[data-queued]:not([data-task])");
+  if (polling || !waiting().length || !root.dataset.conversation) return;
+  polling = true;
+  const deadline = Date.now() + 60000;
+  try {
+    while (waiting().length && Date.now() < deadline) {
+      const listed = await api("GET", `/api/conversations/${root.dataset.conversation}/queue/`);
+      const byId = new Map((listed.ok ? listed.data : []).map((q) => [q.id, q]));
+      for (const article of waiting()) {
+        const queued = byId.get(article.dataset.queued);
+        if (!queued || queued.state === "queued") continue;
+        const note = article.querySelector("[data-queued-state]");
+        if (queued.state === "failed") {
+          article.removeAttribute("data-queued");
+          if (note) {
+            note.textContent = "not started";
+            note.className = "badge status-failed";
+            note.parentElement.append(document.createTextNode(`: ${queued.error || ""}`));
+          }
+          continue;
+        }
+        if (note) note.parentElement.remove();
+        article.classList.remove("queued");
+        article.dataset.task = queued.task;
+        article.dataset.rev = "0";
+        article.dataset.status = "queued";
+        article.append(taskBlock({ id: queued.task, status: "queued", model: "" }));
+        watch(article);
+      }
+      if (waiting().length) await new Promise((done) => setTimeout(done, 500));
+    }
+  } finally {
+    polling = false;
   }
 }
 
@@ -164,6 +223,7 @@ async function ensureConversation() {
   const created = await api("POST", "/api/conversations/", { agent: root.dataset.agent });
   if (!created.ok) throw new Error((created.data && created.data.error) || "Could not start a conversation.");
   root.dataset.conversation = created.data.id;
+  root.dataset.onBusy = created.data.on_busy || "";
   history.replaceState(null, "", `/c/${created.data.id}/`);
   listConversation(created.data.id, input.value.trim());
   return created.data.id;
@@ -202,6 +262,13 @@ async function send() {
       current.textContent = content.length > 48 ? `${content.slice(0, 47)}…` : content;
       delete current.dataset.untitled;
     }
+    input.value = "";
+    if (posted.data.queued) {
+      turns.append(queuedBlock(posted.data.queued));
+      setBusy(false);
+      scrollDown();
+      return;
+    }
     const article = el("article", "turn");
     article.dataset.task = posted.data.task;
     article.dataset.rev = "0";
@@ -209,9 +276,10 @@ async function send() {
     article.append(bubble("user", content));
     article.append(taskBlock({ id: posted.data.task, status: "queued", model: "" }));
     turns.append(article);
-    input.value = "";
     scrollDown();
     watch(article);
+    // A conversation that queues takes the next message while this one runs.
+    if (root.dataset.onBusy && root.dataset.onBusy !== "refuse") setBusy(false);
   } catch (error) {
     showError(error.message);
     setBusy(false);
@@ -246,5 +314,7 @@ if (turns) {
   for (const article of turns.querySelectorAll("article.turn[data-task]")) {
     if (!isFinal(article.dataset.status)) watch(article);
   }
+  // Queued behind a run that ended before the page was read.
+  if (!streams.size) startQueued();
   scrollDown();
 }

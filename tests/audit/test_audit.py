@@ -138,9 +138,9 @@ def test_verify_audit_prints_the_count_and_passes_on_an_intact_chain(alice, demo
 
     count, out, err = verify()
 
-    # and the demo's four tools and the three memory tools, registered, and the
-    # triage agent's handoff to the assistant
-    assert count == 5 + 4 + 3 + 1
+    # and the demo's four tools and the three memory tools, registered, the
+    # triage agent's handoff to the assistant, and alice's paused schedule saved
+    assert count == 5 + 4 + 3 + 1 + 1
     assert f"{count} audit events checked" in out and "intact" in out
     assert err == ""
 

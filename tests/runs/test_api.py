@@ -85,8 +85,12 @@ def test_create_conversation_and_post_a_message_returns_202_with_the_task(
 def test_a_second_message_while_a_task_is_active_answers_409_with_that_task(
     alice, api_client_for
 ):
+    # The 409 is what a conversation that refuses does (the default queues:
+    # tests/runs/test_on_busy.py).
     client = api_client_for(alice)
-    conversation = client.post("/api/conversations/", {}, format="json").json()
+    conversation = client.post(
+        "/api/conversations/", {"on_busy": "refuse"}, format="json"
+    ).json()
     url = f"/api/conversations/{conversation['id']}/messages/"
     first = client.post(url, {"content": "one"}, format="json").json()
     second = client.post(url, {"content": "two"}, format="json")

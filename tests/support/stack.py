@@ -109,16 +109,18 @@ class Stack:
         self.procs[name] = proc
         return proc
 
-    def start_beat(self) -> Proc:
-        schedule = Path(self.env["REACH_VAR_DIR"]) / "celerybeat-schedule"
+    def start_beat(self, name: str = "beat", app: str = "reach_site") -> Proc:
+        """A beat process (``app``: ``reach_site``, or the light
+        ``reach_site.beat``); several may run, each with its own schedule file."""
+        schedule = Path(self.env["REACH_VAR_DIR"]) / f"celerybeat-schedule-{name}"
         proc = Proc(
-            "beat",
+            name,
             [
                 sys.executable,
                 "-m",
                 "celery",
                 "-A",
-                "reach_site",
+                app,
                 "beat",
                 "-l",
                 "INFO",
@@ -128,7 +130,7 @@ class Stack:
             self.env,
         ).start()
         proc.wait_line("beat: Starting", timeout=60)
-        self.procs["beat"] = proc
+        self.procs[name] = proc
         return proc
 
     def start_web(self) -> Proc:
