@@ -146,11 +146,9 @@ def changes_since(
         return Changes([], None, after, "")
     rev, status = int(head[0]), str(head[1])
     if rev <= after and not with_task and status == status_sent:
-        return Changes([], None, rev, status)
+        return Changes([], None, after, status)
     steps = list(Step.objects.filter(task_id=task_id, rev__gt=after).order_by("rev"))
-    # Never past the task's rev: a client that claims more than exists (a resume
-    # with a made-up ``after``) still gets every change made from now on.
-    cursor = max([rev, *(s.rev for s in steps)])
+    cursor = max([after, rev, *(s.rev for s in steps)])
     task = load_task_event(task_id)
     if task is not None:
         status = str(task["task"]["status"])

@@ -97,14 +97,3 @@ def test_any_frames_leave_the_task_socket_answering_and_live(alice, demo, batch)
         await comm.disconnect()
 
     async_to_sync(run)()
-
-
-async def test_a_resume_claiming_more_than_exists_still_gets_the_next_step(alice, demo):
-    """A made-up ``after`` (past the task's rev) must not move the socket's cursor
-    past what exists: the next real step still arrives (found by the fuzz above)."""
-    run = await with_notes_async(alice, demo.agent, 1)
-    comm = task_socket(alice, run.task_id)
-    assert (await comm.connect())[0]
-    await comm.send_to(text_data=json.dumps({"type": "resume", "after": 10**6}))
-    await still_live(comm, run)
-    await comm.disconnect()
