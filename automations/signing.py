@@ -7,9 +7,10 @@ out; the replay check needs Redis and is the service's.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from enum import StrEnum
+
+from infra import signing
 
 HEADER = "X-Reach-Signature"
 
@@ -35,12 +36,7 @@ class SignatureRefused(Exception):
 
 def sign(secret: str, body: bytes, timestamp: int) -> str:
     """The header value for ``body`` sent at ``timestamp`` (what a caller sends)."""
-    return f"t={timestamp},v1={_mac(secret, body, timestamp)}"
-
-
-def _mac(secret: str, body: bytes, timestamp: int) -> str:
-    signed = str(timestamp).encode() + b"." + body
-    return hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+    return signing.header_value(secret, body, timestamp)
 
 
 def verify(
@@ -75,7 +71,7 @@ def verify(
             f"The signature's timestamp is more than {tolerance_s} s from now; "
             "sign the request again when you send it.",
         )
-    expected = _mac(secret, body, timestamp)
+    expected = signing.digest(secret, body, timestamp)
     for candidate in signatures:
         if hmac.compare_digest(expected, candidate.strip().lower()):
             return timestamp, expected

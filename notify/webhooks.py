@@ -12,7 +12,6 @@ only when the target's allowed addresses list it.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
+from infra import signing
 from registry.adapters import ssrf
 from registry.adapters.http import internal_hosts
 
@@ -53,9 +53,7 @@ def encode_body(payload: Any) -> bytes:
 
 def signature(secret: str, body: bytes, *, timestamp: int) -> str:
     """The ``X-Reach-Signature`` value of ``body`` signed at ``timestamp``."""
-    signed = str(timestamp).encode() + b"." + body
-    digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
+    return signing.header_value(secret, body, timestamp)
 
 
 def signature_valid(
@@ -69,7 +67,7 @@ def signature_valid(
         return False
     if abs(time.time() - timestamp) > tolerance_s:
         return False
-    expected = signature(secret, body, timestamp=timestamp).split("v1=", 1)[1]
+    expected = signing.digest(secret, body, timestamp)
     return hmac.compare_digest(expected, parts.get("v1", ""))
 
 
