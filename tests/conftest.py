@@ -64,6 +64,27 @@ def bundled_redis() -> Iterator[BundledRedis]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    django_db_modify_db_settings_parallel_suffix: None,
+) -> None:
+    """Close every connection and pool opened before the test database exists.
+
+    Django's ``create_test_db`` renames the database in the settings but closes
+    a PostgreSQL pool only when it clones or drops one: a pool opened earlier (a
+    module that asks the WSGI application for its schema at import, as the API
+    fuzz does) would keep handing out connections to the real database, while
+    subprocesses and ``pg_dump`` use the test one.
+    """
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        conn.close()
+        close_pool = getattr(conn, "close_pool", None)
+        if close_pool is not None:
+            close_pool()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def close_database_pools(
     django_db_setup: Any, django_db_blocker: Any
