@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from hypothesis import given
 from hypothesis import strategies as st
 
 from runs.consumers import MAX_FRAME_CHARS
+from runs.models import Task
 from tests.fuzz.strategies import fuzz_settings, json_values, text
 from tests.support.runs import more_notes_async, with_notes_async
 from tests.support.sockets import next_frame, queue_socket, task_socket
@@ -47,6 +49,23 @@ async def test_a_bad_frame_gets_an_error_and_the_task_socket_stays_live(
     await comm.send_to(text_data=frame)
     answer = await comm.receive_json_from(timeout=5)
     assert answer["type"] == "error" and answer["error"]
+    await still_live(comm, run)
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("beyond", [1, 2, 10**30], ids=["rev+1", "rev+2", "huge"])
+async def test_a_resume_past_the_tasks_rev_leaves_the_socket_live(alice, demo, beyond):
+    """A client claiming more than exists gets the task, and the next step still
+    arrives (its rev is beyond the task's, not beyond the claim)."""
+    run = await with_notes_async(alice, demo.agent, 1)
+    comm = task_socket(alice, run.task_id)
+    assert (await comm.connect())[0]
+    rev = await database_sync_to_async(
+        lambda: Task.objects.values_list("rev", flat=True).get(pk=run.task_id)
+    )()
+    after = rev + beyond
+    await comm.send_json_to({"type": "resume", "after": after})
+    await next_frame(comm, lambda frame: frame["type"] == "task", timeout=5)
     await still_live(comm, run)
     await comm.disconnect()
 
