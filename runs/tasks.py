@@ -166,6 +166,7 @@ def build_engine(task: Task) -> Engine:
         price=snapshot_price(snapshot.extra),
         routing=routing,
         read_window_s=settings.REACH_READ_WINDOW_MS / 1000,
+        poll_interval_s=settings.REACH_CANCEL_POLL_MS / 1000,
         agent=snapshot,
         # Made only when the run first hands off (or follows a handoff).
         handoffs=functools.partial(

@@ -37,6 +37,7 @@ from unittest import mock
 import pytest
 from django.db import connection
 
+from infra import runtime
 from runs import journal as run_journal
 from runs.models import Task
 from tests.support.counting import Counts, Meter, function_calls
@@ -215,7 +216,17 @@ def counted_settings(settings: Any) -> Any:
     # The turn of a read that finishes within the read window is one write; held
     # wide, so a stall of this machine does not split a turn in two.
     settings.REACH_READ_WINDOW_MS = 10_000
-    with mock.patch.object(run_journal, "CONTROL_FRESH_S", float("inf")):
+    # A model call that outlasts the cancel poll reads the task's control row
+    # once a poll: held wide too, so a slow moment of this machine (the scripted
+    # model answering in more than half a second) is not counted as a query.
+    settings.REACH_CANCEL_POLL_MS = 600_000
+    # The redactor learns new stored secrets at most every REFRESH_S (one query
+    # and its work, wherever a text is redacted next): the warm-up run's refresh
+    # holds for the counted ones, however long this machine takes over them.
+    with (
+        mock.patch.object(run_journal, "CONTROL_FRESH_S", float("inf")),
+        mock.patch.object(runtime._RefreshingRedactor, "REFRESH_S", 3600.0),
+    ):
         yield settings
 
 
