@@ -1,7 +1,8 @@
 """The MCP server (the SDK's low-level ``Server``): ``tools/list`` and ``tools/call``.
 
 Who calls is set per request by the transport (:data:`current_user`: the bearer
-token's user over HTTP, the command's user over stdio); the SDK carries context
+token's user over HTTP, the command's user over stdio), and so is the MCP session
+it belongs to (:data:`current_session`); the SDK carries context
 variables across its internal streams, so the handlers see it. Every ORM access
 runs in a thread (``sync_to_async``): the handlers run on the event loop.
 """
@@ -37,6 +38,11 @@ log = logging.getLogger(__name__)
 #: The user an MCP request acts for; no user, no tools.
 current_user: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "mcp_user", default=None
+)
+#: The MCP session a request belongs to (its taint scope: gateway.selectors);
+#: blank when the client keeps none.
+current_session: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "mcp_session", default=""
 )
 #: How often a waiting call looks at its task row.
 POLL_S = 0.2
@@ -106,6 +112,7 @@ def build_server(*, agent_name: str | None = None) -> Server[Any]:
                 agent=agent,
                 tool=params.name,
                 arguments=params.arguments or {},
+                session=current_session.get(),
             )
         except (GatewayError, ValueError) as exc:
             return _error(str(exc))
