@@ -50,7 +50,8 @@ POLL_S = 0.2
 INSTRUCTIONS = (
     "Tools registered in Agent Reach, under its policy. Every call is recorded as "
     "a task; a risky call waits for a human's approval and returns the result or "
-    "the rejection reason."
+    "the rejection reason. After a read of untrusted content (in this session, or "
+    "by the same user shortly before), every write waits for approval too."
 )
 
 
