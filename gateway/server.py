@@ -1,7 +1,8 @@
 """The MCP server (the SDK's low-level ``Server``): ``tools/list`` and ``tools/call``.
 
 Who calls is set per request by the transport (:data:`current_user`: the bearer
-token's user over HTTP, the command's user over stdio); the SDK carries context
+token's user over HTTP, the command's user over stdio), and so is the MCP session
+it belongs to (:data:`current_session`); the SDK carries context
 variables across its internal streams, so the handlers see it. Every ORM access
 runs in a thread (``sync_to_async``): the handlers run on the event loop.
 """
@@ -38,13 +39,19 @@ log = logging.getLogger(__name__)
 current_user: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "mcp_user", default=None
 )
+#: The MCP session a request belongs to (its taint scope: gateway.selectors);
+#: blank when the client keeps none.
+current_session: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "mcp_session", default=""
+)
 #: How often a waiting call looks at its task row.
 POLL_S = 0.2
 
 INSTRUCTIONS = (
     "Tools registered in Agent Reach, under its policy. Every call is recorded as "
     "a task; a risky call waits for a human's approval and returns the result or "
-    "the rejection reason."
+    "the rejection reason. After a read of untrusted content (in this session, or "
+    "by the same user shortly before), every write waits for approval too."
 )
 
 
@@ -106,6 +113,7 @@ def build_server(*, agent_name: str | None = None) -> Server[Any]:
                 agent=agent,
                 tool=params.name,
                 arguments=params.arguments or {},
+                session=current_session.get(),
             )
         except (GatewayError, ValueError) as exc:
             return _error(str(exc))

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from engine.canonical import dumps
@@ -30,6 +31,8 @@ from engine.spec import (
     TaskStatus,
 )
 from gateway.model_client import GATEWAY_KEY, GATEWAY_MODEL, GatewayCall
+from gateway.models import McpCall
+from gateway.selectors import carried_taint
 from infra import runtime
 from registry.access import may_use_agent
 from registry.models import Agent
@@ -93,9 +96,20 @@ def gateway_tools(*, agent: Agent, user: Any = None) -> list[dict[str, Any]]:
 
 
 def gateway_call_start(
-    *, user: Any, agent: Agent, tool: str, arguments: Mapping[str, Any]
+    *,
+    user: Any,
+    agent: Agent,
+    tool: str,
+    arguments: Mapping[str, Any],
+    session: str = "",
 ) -> Task:
-    """Start one gateway call as a task of ``user``; the worker runs it after commit."""
+    """Start one gateway call as a task of ``user`` in MCP ``session`` (blank:
+    the client keeps none); the worker runs it after commit.
+
+    It starts tainted by what earlier calls of the session, and of the user
+    within the taint window, read untrusted (:func:`carried_taint`), as a chat
+    turn starts tainted by its conversation's earlier turns.
+    """
     # As a chat message is: stored secrets are masked before anything records the
     # call (the snapshot, the goal, the step), and the call is what was recorded.
     arguments = runtime.redactor().data(dict(arguments))
@@ -118,7 +132,16 @@ def gateway_call_start(
             extra={**snapshot.extra, GATEWAY_KEY: call.to_json()}
         )
         task.agent_snapshot = snapshot.to_json()
-        Task.objects.filter(pk=task.pk).update(agent_snapshot=task.agent_snapshot)
+        taint = carried_taint(user=user, session=session, now=timezone.now())
+        if taint:
+            task.tainted_by = list(dict.fromkeys([*(task.tainted_by or []), *taint]))
+            task.inherited_taint = list(task.tainted_by)
+        Task.objects.filter(pk=task.pk).update(
+            agent_snapshot=task.agent_snapshot,
+            tainted_by=task.tainted_by,
+            inherited_taint=task.inherited_taint,
+        )
+        McpCall.objects.create(task=task, user=user, session=session)
     return task
 
 
@@ -136,11 +159,15 @@ class CallOutcome:
     approval_id: str | None = None
     #: While parked: when the approval expires (the bound of the client's wait).
     approval_expires_at: datetime | None = None
+    #: While parked: the untrusted results that made the call need approval.
+    tainted_by: tuple[str, ...] = ()
 
     def meta(self) -> dict[str, Any]:
         data: dict[str, Any] = {"task": self.task_id, "status": self.status}
         if self.approval_id:
             data["approval"] = self.approval_id
+        if self.tainted_by:
+            data["tainted_by"] = list(self.tainted_by)
         return data
 
 
@@ -160,6 +187,7 @@ def gateway_call_outcome(*, task_id: Any) -> CallOutcome:
             .order_by("-requested_at")
             .first()
         )
+        tainted = tuple(step.tainted_by or ())
         return CallOutcome(
             task_id=tid,
             status=TaskStatus.WAITING_APPROVAL.value,
@@ -169,9 +197,16 @@ def gateway_call_outcome(*, task_id: Any) -> CallOutcome:
                 f"The call of {step.tool} waits for a human's approval"
                 + (f" (approval {approval.pk})" if approval else "")
                 + f"; task {tid}."
+                + (
+                    " It needs one because untrusted content was read before it"
+                    f" (in this MCP session or just before): {', '.join(tainted)}."
+                    if tainted
+                    else ""
+                )
             ),
             approval_id=str(approval.pk) if approval else None,
             approval_expires_at=approval.expires_at if approval else None,
+            tainted_by=tainted,
         )
     if not final:
         return _outcome(task, f"The call is still running; task {tid}.", done=False)

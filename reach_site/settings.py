@@ -482,6 +482,9 @@ REACH_METRICS_ALLOWED_ADDRESSES = env_list(
 # The MCP gateway: the longest an MCP call waits for its run or its approval
 # (0: until the run's time budget or the approval's TTL).
 REACH_MCP_MAX_WAIT_S = env_float("REACH_MCP_MAX_WAIT_S", 0.0)
+# How long a gateway call's untrusted read (search_notes) taints its user's later
+# gateway calls in any MCP session; within one session the taint never lapses.
+REACH_GATEWAY_TAINT_WINDOW_S = env_float("REACH_GATEWAY_TAINT_WINDOW_S", 900.0)
 
 REACH_APPROVAL_EMAILS = env_bool("REACH_APPROVAL_EMAILS", False)
 REACH_PUBLIC_URL = env_str("REACH_PUBLIC_URL", "http://127.0.0.1:8000")

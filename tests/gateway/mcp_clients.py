@@ -20,7 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def over_http(url: str, token: str, use: Callable[[Client], Awaitable[T]]) -> T:
+def over_http(
+    url: str,
+    token: str,
+    use: Callable[[Client], Awaitable[T]],
+    *,
+    mode: str = "auto",
+) -> T:
+    """``mode`` "legacy": the initialize handshake, so a session (Mcp-Session-Id);
+    "auto" (the SDK's default) settles on 2026-07-28, which keeps none."""
+
     async def main() -> T:
         http = httpx2.AsyncClient(
             headers={"Authorization": f"Bearer {token}"},
@@ -29,7 +38,7 @@ def over_http(url: str, token: str, use: Callable[[Client], Awaitable[T]]) -> T:
         )
         async with http:
             transport = streamable_http_client(url, http_client=http)
-            async with Client(transport, cache=None) as client:
+            async with Client(transport, cache=None, mode=mode) as client:
                 return await use(client)
 
     return asyncio.run(main())

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from mcp.server.stdio import stdio_server
 
-from gateway.server import build_server, current_user
+from gateway.server import build_server, current_session, current_user
 from gateway.services import GatewayError, gateway_agent, gateway_user
 
 
@@ -46,6 +47,8 @@ async def serve_stdio(*, user: Any, agent_name: str | None) -> None:
     server = build_server(agent_name=agent_name)
     # One user for the whole process: the handlers run in tasks that copy it.
     current_user.set(user)
+    # And one MCP session: the process is the client's connection, its taint scope.
+    current_session.set(f"stdio_{uuid.uuid4().hex}")
     async with stdio_server() as (read_stream, write_stream):
         await server.run(
             read_stream, write_stream, server.create_initialization_options()
