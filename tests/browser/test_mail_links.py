@@ -142,6 +142,15 @@ def test_the_operator_approves_from_the_mailed_link_on_a_phone(
     assert ApprovalRequest.objects.get().status == "pending"
     assert_fits_the_phone(phone, "/tmp/reach-mail-link-confirm-390.png")
 
+    # The reject link's page, with its reason field, fits as well (and decides
+    # nothing: its form was not sent).
+    rejecting = phone.context.new_page()
+    rejecting.goto(reject_url)
+    expect(rejecting.locator("textarea[name=reason]")).to_be_visible()
+    expect(rejecting.get_by_role("button", name="Reject", exact=True)).to_be_visible()
+    assert_fits_the_phone(rejecting, "/tmp/reach-mail-link-reject-390.png")
+    rejecting.close()
+
     # The queue on the same phone, the card still pending.
     queue = phone.context.new_page()
     queue.goto("/approvals/")
