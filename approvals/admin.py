@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalLinkUse, ApprovalRequest
 from infra.admin import ReadOnlyAdmin
 
 
@@ -18,3 +18,12 @@ class ApprovalRequestAdmin(ReadOnlyAdmin):
         "decided_by",
     )
     list_filter = ("status", "decision", "tool", "risk")
+
+
+@admin.register(ApprovalLinkUse)
+class ApprovalLinkUseAdmin(ReadOnlyAdmin):
+    """Which mailed decision links were used, by whom and when (the tokens
+    themselves are never stored)."""
+
+    list_display = ("approval", "user", "decision", "used_at")
+    list_filter = ("decision",)

@@ -113,3 +113,26 @@ class ApprovalVote(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} approved {self.approval_id}"
+
+
+class ApprovalLinkUse(models.Model):
+    """A mailed decision link that has been used (``approvals.links``): a link
+    decides once, so a replayed one (a forwarded mail, a second click) is refused.
+
+    Stores the token's SHA-256, never the token itself: a row read from a backup
+    cannot be replayed either.
+    """
+
+    token_digest = models.CharField(max_length=64, unique=True)
+    approval = models.ForeignKey(
+        ApprovalRequest, on_delete=models.CASCADE, related_name="link_uses"
+    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    decision = models.CharField(max_length=10, choices=ApprovalDecision.choices)
+    used_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["used_at"]
+
+    def __str__(self) -> str:
+        return f"{self.user} used a {self.decision} link of {self.approval_id}"

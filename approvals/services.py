@@ -11,11 +11,18 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.template.loader import render_to_string
 from django.utils import timezone
 
 from accounts import policy as sign_in
 from approvals import events as approval_events
-from approvals.models import ApprovalDecision, ApprovalRequest, ApprovalVote
+from approvals import links
+from approvals.models import (
+    ApprovalDecision,
+    ApprovalLinkUse,
+    ApprovalRequest,
+    ApprovalVote,
+)
 from approvals.selectors import approvers_for
 from audit.models import AuditKind
 from audit.services import audit_append
@@ -157,22 +164,61 @@ def _email_approvers(approval: ApprovalRequest) -> None:
     Never send from here or from a commit hook: this runs in the worker that
     parks the call, and a slow mail server would stall the run. The dispatcher
     sends the notices after commit, with ``EMAIL_TIMEOUT``, and retries them.
+    Each notice holds what the queue's card shows and that approver's own
+    decision links (``approvals.links``).
     """
     # Who may decide it, and has an address (the rule of every channel).
     approvers = approvers_for(approval).exclude(email="")
     subject = f"[Agent Reach] Approval needed: {approval.preview[:80]}"
-    body = (
-        f"{approval.requested_by.get_username()}'s agent wants to run "
-        f"{approval.tool}.\n\n{approval.preview}\n\nDecide in the queue: "
-        f"{settings.REACH_PUBLIC_URL.rstrip('/')}/approvals/\n"
-    )
+    context = {
+        "approval": approval,
+        "queue_url": f"{settings.REACH_PUBLIC_URL.rstrip('/')}/approvals/",
+        "recovery": approval.kind == ApprovalRequest.Kind.RECOVERY,
+    }
     for user in approvers:
+        body = render_to_string(
+            "approvals/mail.txt",
+            {
+                **context,
+                "approver": user.get_username(),
+                "approve_url": links.link_url(approval, user, ApprovalDecision.APPROVE),
+                "reject_url": links.link_url(approval, user, ApprovalDecision.REJECT),
+            },
+        )
         mail.outbox()(
             key=f"approval:{approval.pk}:{user.pk}",
             to=user.email,
             subject=subject,
             body=body,
             dispatch_after_commit=True,
+        )
+
+
+def approval_decide_by_link(
+    *, token: str, approval_id: Any, user: Any, reason: str = ""
+) -> ApprovalRequest:
+    """Decide as a mailed link says (``approvals.links``), through
+    :func:`approval_decide`, whose refusals (:class:`DecisionError`) pass through;
+    :class:`~approvals.links.LinkRefused` when the link may not decide.
+
+    The link's use is recorded in the decision's transaction: it counts only if
+    the decision holds, and of two concurrent posts of one link the second is
+    refused by the unique digest.
+    """
+    link, approval = links.link_open(token, approval_id, user)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                ApprovalLinkUse.objects.create(
+                    token_digest=links.token_digest(token),
+                    approval=approval,
+                    user=user,
+                    decision=link.decision,
+                )
+        except IntegrityError:
+            raise links.used(approval) from None
+        return approval_decide(
+            approval=approval, user=user, decision=link.decision, reason=reason
         )
 
 

@@ -1,4 +1,5 @@
-"""The approval queue page (``/approvals/``) and the history of decisions.
+"""The approval queue page (``/approvals/``), the history of decisions, and the
+confirmation page a mailed decision link opens (``approvals.links``).
 
 Built like the admin's change list: the view hands one presenter object to the
 template, and each request renders through ``approvals/_card.html`` — the same
@@ -16,12 +17,22 @@ from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods
 
 from accounts.policy import Refusal
-from approvals.models import ApprovalRequest
+from approvals.links import Link, LinkRefused, link_open
+from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.selectors import approvals_shown, tools_shown
-from approvals.services import can_decide, decide_refusal
+from approvals.services import (
+    DecisionError,
+    approval_decide_by_link,
+    can_decide,
+    decide_refusal,
+)
 from audit.permissions import can_audit
+from infra.api.errors import http_status
+from infra.errors import ErrorKind
 from registry.models import Agent, Tool
 from runs.selectors import filter_equal, filter_tainted
 
@@ -125,3 +136,81 @@ def history(request: HttpRequest) -> HttpResponse:
     )
     page.filters["status"] = request.GET.get("status", "")
     return render(request, "approvals/history.html", {"page": page})
+
+
+@dataclass
+class ConfirmPresenter:
+    """What the confirmation page of one mailed link shows."""
+
+    approval: ApprovalRequest
+    link: Link
+    token: str
+    decide_refusal: Refusal | None = None
+    #: Why the posted decision was refused (the form stays).
+    error: str = ""
+    #: The reason as typed, kept when the post is refused.
+    reason: str = ""
+    #: The decision was taken: the page says what became of the request.
+    done: bool = False
+
+    @property
+    def rejecting(self) -> bool:
+        return self.link.decision is ApprovalDecision.REJECT
+
+    @property
+    def recovery(self) -> bool:
+        return self.approval.kind == ApprovalRequest.Kind.RECOVERY
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def confirm(request: HttpRequest, approval_id: Any) -> HttpResponse:
+    """The page a mailed approve or reject link opens: GET shows the request and
+    a form (mail scanners follow links, so opening one decides nothing); POST
+    decides, as the signed-in approver the link was made for."""
+    token = str(request.POST.get("t") or request.GET.get("t") or "")
+    try:
+        link, approval = link_open(token, approval_id, request.user)
+    except LinkRefused as refused:
+        return _link_refused(request, refused)
+    page = ConfirmPresenter(
+        approval=approval,
+        link=link,
+        token=token,
+        decide_refusal=decide_refusal(request.user),
+    )
+    if request.method == "GET":
+        return render(request, "approvals/confirm.html", {"page": page})
+    page.reason = str(request.POST.get("reason") or "")
+    try:
+        page.approval = approval_decide_by_link(
+            token=token, approval_id=approval_id, user=request.user, reason=page.reason
+        )
+    except LinkRefused as refused:
+        return _link_refused(request, refused)
+    except DecisionError as error:
+        if error.kind is ErrorKind.CONFLICT:
+            # Decided or expired meanwhile: the refusal says by whom and when.
+            try:
+                link_open(token, approval_id, request.user)
+            except LinkRefused as refused:
+                return _link_refused(request, refused)
+        page.error = error.message
+        return render(
+            request,
+            "approvals/confirm.html",
+            {"page": page},
+            status=http_status(error),
+        )
+    page.done = True
+    return render(request, "approvals/confirm.html", {"page": page})
+
+
+def _link_refused(request: HttpRequest, refused: LinkRefused) -> HttpResponse:
+    return render(
+        request,
+        "approvals/link_refused.html",
+        {"refused": refused, "approval": refused.approval},
+        status=http_status(refused),
+    )

@@ -88,6 +88,12 @@ urlpatterns = [
     path("oidc/", include("sso.urls")),
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
+    # The page a mailed decision link opens (approvals.links).
+    path(
+        "approvals/<uuid:approval_id>/confirm/",
+        approvals_views.confirm,
+        name="approval-confirm",
+    ),
     path("console/", include("console.urls")),
     path("schedules/", include("automations.urls")),
     path("evals/", evals_views.eval_list, name="evals"),
