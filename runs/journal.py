@@ -234,6 +234,7 @@ class DjangoJournal:
                 ]
             )
             notify.changes_on_commit(task, [], base=task.rev - 1)
+            ports.task_parked.send(sender=Task, task=task)
         return True
 
     def finish(

@@ -151,5 +151,14 @@ source_link = Slot[SourceLinkFor](
 #: inside the caller's transaction: a receiver defers anything slow, or anything
 #: that must see the commit, to ``on_commit``. No receiver at all is fine.
 #: Connected by ``traces`` (``TracesConfig.ready``, traces/apps.py:
-#: ``traces.otel.on_task_finished`` exports the run over OpenTelemetry).
+#: ``traces.otel.on_task_finished`` exports the run over OpenTelemetry), by
+#: ``runs`` itself (the queued message behind it) and by ``notify``
+#: (``notify.completion.on_task_finished`` queues the completion webhook).
 task_finished = Signal()
+
+#: Sent with ``sender=Task, task=task`` when ``task`` parked to wait for an
+#: approval (``waiting_approval``), inside the transaction that parked it, as
+#: :data:`task_finished`. Connected by ``notify`` (``NotifyConfig.ready``,
+#: notify/apps.py: ``notify.completion.on_task_parked`` queues the completion
+#: webhook); ``notify`` hears ``task_finished`` too.
+task_parked = Signal()
