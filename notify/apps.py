@@ -17,9 +17,6 @@ class NotifyConfig(AppConfig):
         # Every change of a request may announce something (Slack, webhooks).
         approval_changed.connect(on_approval_changed, dispatch_uid="notify")
         # A run that ends or parks posts its outcome to its webhook URL, if any.
-        ports.task_finished.connect(
-            completion.on_task_finished, dispatch_uid="notify-completion-finished"
-        )
-        ports.task_parked.connect(
-            completion.on_task_parked, dispatch_uid="notify-completion-parked"
+        ports.task_outcome.connect(
+            completion.on_task_outcome, dispatch_uid="notify-completion"
         )

@@ -2,14 +2,15 @@
 (set through the API, or by the schedule or trigger that started it) when the
 run ends (``run.finished``) or parks for an approval (``run.parked``).
 
-``runs`` sends ``task_finished`` and ``task_parked`` inside the transaction that
-writes the task's state; the receivers here queue the delivery in that same
+``runs`` sends ``task_outcome`` inside the transaction that writes the task's
+final state or its park; the receiver here queues the delivery in that same
 transaction (:func:`notify.services.queue_webhook`, the outbox every webhook
 goes through), so a run whose state commits has its webhook queued, and one
 rolled back has none. Each delivery has a key of its event (the run, and for a
 park the task's ``rev`` then), so the same event processed twice is queued once.
-A run without a URL costs one attribute check: the URL is copied onto the task
-when it starts (``Task.webhook_url``), a row both writes hold already.
+A run without a URL costs one attribute check in ``runs`` (no receiver runs):
+the URL is copied onto the task when it starts (``Task.webhook_url``), a row
+both writes hold already.
 
 One signing secret for the whole install (:data:`SECRET_NAME`, generated on
 first use, shown in the admin): a receiver of several conversations, schedules
@@ -53,16 +54,12 @@ class CompletionEvent(StrEnum):
     RUN_PARKED = "run.parked"
 
 
-def on_task_finished(sender: Any, *, task: Task, **_: Any) -> None:
-    """``runs.ports.task_finished``'s receiver (inside the finish's transaction)."""
+def on_task_outcome(sender: Any, *, task: Task, parked: bool, **_: Any) -> None:
+    """``runs.ports.task_outcome``'s receiver, inside the transaction of the
+    task's final state or its park (an evaluation's runs post nothing)."""
     if task.webhook_url and task.eval_case is None:
-        completion_queue(task=task, event=CompletionEvent.RUN_FINISHED)
-
-
-def on_task_parked(sender: Any, *, task: Task, **_: Any) -> None:
-    """``runs.ports.task_parked``'s receiver (inside the park's transaction)."""
-    if task.webhook_url and task.eval_case is None:
-        completion_queue(task=task, event=CompletionEvent.RUN_PARKED)
+        event = CompletionEvent.RUN_PARKED if parked else CompletionEvent.RUN_FINISHED
+        completion_queue(task=task, event=event)
 
 
 def completion_key(task: Task, event: CompletionEvent) -> str:

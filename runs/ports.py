@@ -152,13 +152,14 @@ source_link = Slot[SourceLinkFor](
 #: that must see the commit, to ``on_commit``. No receiver at all is fine.
 #: Connected by ``traces`` (``TracesConfig.ready``, traces/apps.py:
 #: ``traces.otel.on_task_finished`` exports the run over OpenTelemetry), by
-#: ``runs`` itself (the queued message behind it) and by ``notify``
-#: (``notify.completion.on_task_finished`` queues the completion webhook).
+#: ``runs`` itself (the queued message behind it).
 task_finished = Signal()
 
-#: Sent with ``sender=Task, task=task`` when ``task`` parked to wait for an
-#: approval (``waiting_approval``), inside the transaction that parked it, as
-#: :data:`task_finished`. Connected by ``notify`` (``NotifyConfig.ready``,
-#: notify/apps.py: ``notify.completion.on_task_parked`` queues the completion
-#: webhook); ``notify`` hears ``task_finished`` too.
-task_parked = Signal()
+#: Sent with ``sender=Task, task=task, parked=bool`` when a task that names where
+#: its outcome goes (``Task.webhook_url``) reached its final status (``parked``
+#: False, just after :data:`task_finished`) or parked to wait for an approval
+#: (``parked`` True), inside the transaction that wrote that state. Only then:
+#: a run without a URL pays one attribute check and no receiver runs. Connected
+#: by ``notify`` (``NotifyConfig.ready``, notify/apps.py:
+#: ``notify.completion.on_task_outcome`` queues the completion webhook).
+task_outcome = Signal()

@@ -230,8 +230,10 @@ def test_the_same_finish_processed_twice_is_delivered_once(
     receiver = local_server(lambda hit: Reply(status=200))
     task = answered(model, demo, receiver.url("/"))
     # The finish heard again (a repeated signal, a second process).
-    ports.task_finished.send(sender=Task, task=task)
-    completion.on_task_finished(sender=Task, task=Task.objects.get(pk=task.pk))
+    ports.task_outcome.send(sender=Task, task=task, parked=False)
+    completion.on_task_outcome(
+        sender=Task, task=Task.objects.get(pk=task.pk), parked=False
+    )
 
     deliveries_sweep()
     deliveries_sweep(now=task.finished_at + timedelta(days=1))
@@ -251,7 +253,7 @@ def test_the_webhook_is_queued_in_the_transaction_of_the_tasks_state(
         pass
 
     with pytest.raises(RolledBack), transaction.atomic():
-        ports.task_finished.send(sender=Task, task=task)
+        ports.task_outcome.send(sender=Task, task=task, parked=False)
         assert Delivery.objects.count() == 1
         raise RolledBack
 
