@@ -14,11 +14,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client
 
 from audit.models import AuditEvent, AuditKind
 from notify import completion
+from notify import tasks as notify_tasks
 from notify.delivery import deliveries_sweep, delivery_attempt
 from notify.models import Delivery
 from registry.adapters import ssrf
@@ -164,6 +165,29 @@ def test_a_cancelled_waiting_run_posts_its_end(
     assert events[1]["stop_reason"] == "cancelled"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_outbox_sends_it_once_the_finish_has_committed(
+    local_server, model, demo, loopback_allowed, monkeypatch
+):
+    receiver = local_server(lambda hit: Reply(status=200))
+    seen: list[tuple[bool, str]] = []
+
+    def deliver_now(args: tuple[str], **_: Any) -> None:
+        # What the worker that takes notify.deliver does, here.
+        row = Delivery.objects.get(pk=args[0])
+        seen.append((connection.in_atomic_block, row.status))
+        delivery_attempt(delivery_id=args[0])
+
+    monkeypatch.setattr(notify_tasks.deliver, "apply_async", deliver_now)
+
+    task = answered(model, demo, receiver.url("/"))
+
+    assert seen == [(False, Delivery.Status.PENDING)]  # after the commit
+    [hit] = receiver.hits
+    assert hit.json()["task"] == str(task.pk)
+    assert Delivery.objects.get().status == Delivery.Status.DELIVERED
+
+
 def test_a_receiver_that_answers_500_gets_it_again_after_a_backoff(
     local_server, model, demo, settings, loopback_allowed
 ):
@@ -215,7 +239,10 @@ def test_a_receiver_that_times_out_is_tried_again_then_delivered(
     assert delivery.status == Delivery.Status.PENDING
     assert delivery.last_status_code is None
     assert "No answer within 0.5 s" in delivery.last_error
-    assert delivery.next_attempt_at > delivery.attempt_log.get().at
+    first = delivery.attempt_log.get()
+    assert (delivery.next_attempt_at - first.at).total_seconds() == pytest.approx(
+        settings.REACH_NOTIFY_BACKOFF_S, abs=1
+    )
 
     deliveries_sweep(now=delivery.next_attempt_at + timedelta(seconds=1))
 
