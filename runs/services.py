@@ -70,6 +70,10 @@ class TaskFinal(ServiceError):
 # -- starting --------------------------------------------------------------------
 
 
+#: What ``Conversation.webhook_url`` (and a task's copy) holds at most.
+WEBHOOK_URL_MAX_CHARS = 2000
+
+
 class WebhookUrlInvalid(ServiceError):
     """A completion webhook URL that is not http(s), or reaches a private or
     loopback address ``REACH_INTERNAL_HOSTS`` does not list (the message says)."""
@@ -82,13 +86,15 @@ def webhook_url_checked(url: Any) -> str:
         return ""
     if not isinstance(url, str):
         raise WebhookUrlInvalid("webhook_url is a URL (a string) or null.")
-    url = url.strip()
-    if len(url) > Conversation._meta.get_field("webhook_url").max_length:
-        raise WebhookUrlInvalid("webhook_url is longer than 2000 characters.")
-    problem = internal_url_problem(url)
+    text = url.strip()
+    if len(text) > WEBHOOK_URL_MAX_CHARS:
+        raise WebhookUrlInvalid(
+            f"webhook_url is longer than {WEBHOOK_URL_MAX_CHARS} characters."
+        )
+    problem = internal_url_problem(text)
     if problem:
         raise WebhookUrlInvalid(f"webhook_url cannot be used: {problem}")
-    return url
+    return text
 
 
 def conversation_create(

@@ -308,6 +308,7 @@ def test_a_run_without_a_url_queues_nothing(model, demo):
         ("https://user:pw@hooks.example/", "credentials in the URL"),
         ("not a url", "no host"),
         (42, "a URL (a string)"),
+        ("https://hooks.example/" + "a" * 2000, "longer than 2000 characters"),
     ],
 )
 def test_the_api_refuses_a_url_the_http_tools_rules_refuse(demo, url, says):
