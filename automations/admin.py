@@ -74,7 +74,14 @@ class ScheduleForm(forms.ModelForm):
             "time_zone",
             "missed",
             "paused",
+            "webhook_url",
         ]
+
+    def clean_webhook_url(self) -> str:
+        try:
+            return services.webhook_url_checked(self.cleaned_data.get("webhook_url"))
+        except services.WebhookUrlInvalid as exc:
+            raise forms.ValidationError(exc.message) from exc
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -189,7 +196,21 @@ class ScheduleAdmin(_OwnedAdmin):
 class TriggerForm(forms.ModelForm):
     class Meta:
         model = Trigger
-        fields = ["name", "owner", "agent", "template", "rate_per_min", "enabled"]
+        fields = [
+            "name",
+            "owner",
+            "agent",
+            "template",
+            "rate_per_min",
+            "enabled",
+            "webhook_url",
+        ]
+
+    def clean_webhook_url(self) -> str:
+        try:
+            return services.webhook_url_checked(self.cleaned_data.get("webhook_url"))
+        except services.WebhookUrlInvalid as exc:
+            raise forms.ValidationError(exc.message) from exc
 
     def clean_template(self) -> str:
         template = self.cleaned_data["template"]

@@ -49,6 +49,13 @@ class Schedule(models.Model):
     missed = models.CharField(
         "missed runs", max_length=10, choices=Missed.choices, default=Missed.SKIP
     )
+    webhook_url = models.CharField(
+        max_length=2000,
+        blank=True,
+        help_text="Where each run's outcome is posted when it ends or waits for "
+        "an approval (signed with the completion webhook secret). http(s); a "
+        "private or loopback address only when REACH_INTERNAL_HOSTS lists it.",
+    )
     paused = models.BooleanField(default=False)
     paused_reason = models.CharField(max_length=300, blank=True)
     #: The due time the next tick claims (a guarded UPDATE moves it on).
@@ -112,6 +119,13 @@ class Trigger(models.Model):
     enabled = models.BooleanField(default=True)
     rate_per_min = models.PositiveIntegerField(
         "runs per minute", default=10, help_text="Over it: 429."
+    )
+    webhook_url = models.CharField(
+        max_length=2000,
+        blank=True,
+        help_text="Where each run's outcome is posted when it ends or waits for "
+        "an approval (signed with the completion webhook secret). http(s); a "
+        "private or loopback address only when REACH_INTERNAL_HOSTS lists it.",
     )
     last_fired_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)

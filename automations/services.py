@@ -45,9 +45,20 @@ def owner_refusal(owner: Any, agent: Any) -> str | None:
     return None
 
 
-def _start_run(*, owner: Any, agent: Any, content: str, source: str, title: str):
-    """A run in a conversation of its own (so it never waits behind another)."""
-    conversation = runs.conversation_create(owner=owner, agent=agent)
+def _start_run(
+    *,
+    owner: Any,
+    agent: Any,
+    content: str,
+    source: str,
+    title: str,
+    webhook_url: str = "",
+):
+    """A run in a conversation of its own (so it never waits behind another),
+    which posts its outcome to the schedule's or trigger's ``webhook_url``."""
+    conversation = runs.conversation_create(
+        owner=owner, agent=agent, webhook_url=webhook_url
+    )
     if title:
         conversation.title = title[:200]
         conversation.save(update_fields=["title"])
@@ -55,6 +66,12 @@ def _start_run(*, owner: Any, agent: Any, content: str, source: str, title: str)
         conversation=conversation, content=content, enforce_budget=True, source=source
     )
     return task
+
+
+#: Where a schedule's or trigger's runs post their outcome, checked as a
+#: conversation's is (the SSRF rules of HTTP tools): the forms' check too.
+WebhookUrlInvalid = runs.WebhookUrlInvalid
+webhook_url_checked = runs.webhook_url_checked
 
 
 # -- schedules -------------------------------------------------------------------
@@ -77,6 +94,7 @@ def schedule_save(*, schedule: Schedule, user: Any) -> Schedule:
     if schedule._state.adding:
         schedule.created_at = now
     schedule_check(schedule, now=now)
+    schedule.webhook_url = webhook_url_checked(schedule.webhook_url)
     schedule.next_due_at = schedule.cadence().next_after(now)
     schedule.updated_at = now
     with transaction.atomic():
@@ -99,6 +117,7 @@ def _described(schedule: Schedule) -> dict[str, Any]:
         "cadence": schedule.cadence_text,
         "missed": schedule.missed,
         "paused": schedule.paused,
+        "webhook_url": schedule.webhook_url or None,
     }
 
 
@@ -157,6 +176,7 @@ def schedule_run_now(*, schedule: Schedule, user: Any) -> Task:
             content=schedule.message,
             source=schedule.source,
             title=schedule.name,
+            webhook_url=schedule.webhook_url,
         )
         Schedule.objects.filter(pk=schedule.pk).update(last_task=task)
         audit_append(
@@ -253,6 +273,7 @@ def schedule_fire(*, schedule_id: Any, due_at: datetime, now: datetime) -> Task 
                     content=schedule.message,
                     source=schedule.source,
                     title=schedule.name,
+                    webhook_url=schedule.webhook_url,
                 )
         except (ServiceError, ValueError) as refused:
             # The daily budget is used up, say: this due time passes, recorded.
@@ -332,6 +353,7 @@ def trigger_save(*, trigger: Trigger, user: Any) -> str | None:
     """Validate and save ``trigger``; for a new one, its signing secret (shown
     once: only a sealed copy is kept). Audited."""
     template_fields(trigger.template)
+    trigger.webhook_url = webhook_url_checked(trigger.webhook_url)
     secret = None
     adding = trigger._state.adding
     if adding:
@@ -350,6 +372,7 @@ def trigger_save(*, trigger: Trigger, user: Any) -> str | None:
                 "agent": trigger.agent.name,
                 "enabled": trigger.enabled,
                 "rate_per_min": trigger.rate_per_min,
+                "webhook_url": trigger.webhook_url or None,
             },
         )
     return secret
@@ -363,6 +386,7 @@ def trigger_create(
     template: str,
     user: Any,
     rate_per_min: int = 10,
+    webhook_url: str = "",
 ) -> tuple[Trigger, str]:
     """A new trigger and its signing secret (see :func:`trigger_save`)."""
     trigger = Trigger(
@@ -371,6 +395,7 @@ def trigger_create(
         agent=agent,
         template=template,
         rate_per_min=rate_per_min,
+        webhook_url=webhook_url,
     )
     secret = trigger_save(trigger=trigger, user=user)
     assert secret is not None
@@ -469,6 +494,7 @@ def trigger_fire(*, trigger: Trigger, body: Any) -> Task:
             content=content,
             source=trigger.source,
             title=trigger.name,
+            webhook_url=trigger.webhook_url,
         )
         Trigger.objects.filter(pk=trigger.pk).update(last_fired_at=timezone.now())
         audit_append(

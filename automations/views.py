@@ -41,6 +41,7 @@ class ScheduleCreateForm(forms.ModelForm):
             "interval_s",
             "time_zone",
             "missed",
+            "webhook_url",
         ]
         widgets = {"message": forms.Textarea(attrs={"rows": 2})}
 
@@ -48,6 +49,12 @@ class ScheduleCreateForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["agent"].queryset = usable_agents(user).order_by("name")
         self.instance.owner = user
+
+    def clean_webhook_url(self) -> str:
+        try:
+            return services.webhook_url_checked(self.cleaned_data.get("webhook_url"))
+        except services.WebhookUrlInvalid as exc:
+            raise forms.ValidationError(exc.message) from exc
 
 
 @dataclass

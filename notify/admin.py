@@ -3,15 +3,19 @@ log (every try, its status code and error, the next attempt)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 
 from infra.admin import ReadOnlyAdmin
-from notify import webhooks
+from notify import completion, webhooks
 from notify.models import Delivery, DeliveryAttempt, NotifyEvent, NotifyTarget
 from notify.services import (
     delivery_retry,
@@ -156,7 +160,57 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def short_error(self, obj: Delivery) -> str:
         return obj.last_error[:80]
 
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "completion-secret/",
+                self.admin_site.admin_view(self.completion_secret_view),
+                name="notify_completion_secret",
+            ),
+            *super().get_urls(),
+        ]
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = {"may_see_completion_secret": _may_see_completion_secret(request)}
+        return super().changelist_view(request, {**(extra_context or {}), **extra})
+
+    def completion_secret_view(self, request: HttpRequest) -> HttpResponse:
+        """The install's completion webhook secret (generated on first sight),
+        and a POST that replaces it; for those who configure webhooks."""
+        if not _may_see_completion_secret(request):
+            raise PermissionDenied
+        from_environment = bool(
+            os.environ.get(f"REACH_SECRET_{completion.SECRET_NAME}")
+        )
+        if request.method == "POST" and not from_environment:
+            completion.completion_secret_rotate(by=request.user)
+            self.message_user(
+                request,
+                "A new completion webhook secret signs every delivery from now "
+                "on: give it to your receivers.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(reverse("admin:notify_completion_secret"))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Completion webhook secret",
+            "secret_name": completion.SECRET_NAME,
+            "secret": completion.completion_secret(by=request.user),
+            "from_environment": from_environment,
+        }
+        return TemplateResponse(
+            request, "admin/notify/delivery/completion_secret.html", context
+        )
+
     @admin.action(description="Send again now (a fresh budget of attempts)")
     def retry_now(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
         for delivery in queryset.exclude(status=Delivery.Status.DELIVERED):
             delivery_retry(delivery=delivery, by=request.user)
+
+
+def _may_see_completion_secret(request: HttpRequest) -> bool:
+    """Whoever may configure webhook targets may read the secret receivers check."""
+    return bool(request.user.has_perm("notify.change_notifytarget"))

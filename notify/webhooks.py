@@ -4,7 +4,8 @@ Every POST carries ``X-Reach-Signature: t=<unix seconds>,v1=<hex>``, where the
 hex is HMAC-SHA256 of ``"<t>.<body>"`` under the target's secret (as Stripe
 signs its webhooks): the receiver recomputes it over the raw body, compares in
 constant time and refuses a ``t`` older than its tolerance. The URL goes
-through the SSRF guard of HTTP tools (``registry.adapters.ssrf``): its host is
+through the SSRF guard of HTTP tools (``registry.adapters.outbound`` over
+``registry.adapters.ssrf``): its host is
 the one allowed host, a name never resolves into private or loopback space
 unless ``REACH_INTERNAL_HOSTS`` lists it, and a non-public address is reached
 only when the target's allowed addresses list it.
@@ -23,7 +24,19 @@ from django.conf import settings
 
 from infra import signing
 from registry.adapters import ssrf
-from registry.adapters.http import internal_hosts
+from registry.adapters.outbound import guard_for, url_problem
+
+__all__ = [
+    "SIGNATURE_HEADER",
+    "Sent",
+    "WebhookRefused",
+    "encode_body",
+    "guard_for",
+    "post",
+    "signature",
+    "signature_valid",
+    "url_problem",
+]
 
 SIGNATURE_HEADER = "X-Reach-Signature"
 #: Bytes of a receiver's answer kept for the delivery log.
@@ -69,42 +82,6 @@ def signature_valid(
         return False
     expected = signing.digest(secret, body, timestamp)
     return hmac.compare_digest(expected, parts.get("v1", ""))
-
-
-def guard_for(url: str, allowed_hosts: list[str]) -> ssrf.Guard:
-    """The guard of a webhook: its own host, plus the addresses listed for it.
-
-    A host written as a non-public address (``http://10.0.0.5/``) is not allowed
-    by being the URL's: the target must list it, as an HTTP tool must.
-    """
-    host = httpx.URL(url).host
-    address = ssrf.as_address(host) if host else None
-    own = [] if address is not None and ssrf.address_problem(address) else [host]
-    return ssrf.Guard.from_entries([*own, *allowed_hosts], internal_hosts())
-
-
-def url_problem(url: str, allowed_hosts: list[str]) -> str | None:
-    """Why ``url`` cannot be a webhook's (None when it can, as far as the URL
-    tells: where its name resolves is checked on every send)."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as exc:
-        return f"Not a valid URL ({exc})."
-    problems = ssrf.entry_problems(allowed_hosts)
-    if problems:
-        return " ".join(problems)
-    if not parsed.host:
-        return "The URL has no host."
-    try:
-        guard = guard_for(url, allowed_hosts)
-        guard.check_url(parsed)
-        address = ssrf.as_address(parsed.host)
-        if address is not None:
-            # An address literal: checked now, as the connection will be.
-            guard.connect_addresses(parsed.host, parsed.port or 443)
-    except ssrf.Blocked as exc:
-        return str(exc)
-    return None
 
 
 def post(

@@ -2,7 +2,8 @@
 
 :func:`_finish_task` sets the final fields of a stopped task, adds the
 assistant's reply (:func:`message_add`, which also records the user's goal when a
-task starts), audits it and sends ``runs.ports.task_finished``. Both the lifecycle
+task starts), audits it and sends ``runs.ports.task_finished`` (and
+``task_outcome`` when the task names a webhook URL). Both the lifecycle
 services (:mod:`runs.services`, a cancel) and the journal (:mod:`runs.journal`, a
 run's end) finish tasks through it.
 """
@@ -68,6 +69,8 @@ def _finish_task(
         )
     counters.count_task_finished_on_commit(task)
     ports.task_finished.send(sender=Task, task=task)
+    if task.webhook_url:
+        ports.task_outcome.send(sender=Task, task=task, parked=False)
 
 
 def _max_cost_of(task: Task) -> float | None:

@@ -234,6 +234,8 @@ class DjangoJournal:
                 ]
             )
             notify.changes_on_commit(task, [], base=task.rev - 1)
+            if task.webhook_url:
+                ports.task_outcome.send(sender=Task, task=task, parked=True)
         return True
 
     def finish(

@@ -53,6 +53,12 @@ class Conversation(models.Model):
         default=default_on_busy,
         help_text="What a message sent while a run goes on does.",
     )
+    webhook_url = models.CharField(
+        max_length=2000,
+        blank=True,
+        help_text="Where each run's outcome is posted when it ends or waits for "
+        "an approval (notify's completion webhooks); blank: nowhere.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -137,6 +143,10 @@ class Task(models.Model):
     # run starts it after commit. A flag on the row the finish reads anyway, so a
     # run nobody queued behind costs no query.
     followup_queued = models.BooleanField(default=False)
+    # Where the run's outcome is posted (its conversation's webhook_url, copied
+    # when it starts): on the row the finish and the park read anyway, so a run
+    # without one costs no query.
+    webhook_url = models.CharField(max_length=2000, blank=True)
     # What started the run when no one typed it: "schedule:<id>",
     # "trigger:<id>" (automations); blank for a chat message.
     source = models.CharField(max_length=120, blank=True, db_index=True)

@@ -162,6 +162,7 @@ def conversation_payload(
         "created_at": iso(conversation.created_at),
         "title": conversation.title,
         "on_busy": conversation.on_busy,
+        "webhook_url": conversation.webhook_url or None,
     }
     if messages:
         data["messages"] = [

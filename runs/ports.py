@@ -151,5 +151,15 @@ source_link = Slot[SourceLinkFor](
 #: inside the caller's transaction: a receiver defers anything slow, or anything
 #: that must see the commit, to ``on_commit``. No receiver at all is fine.
 #: Connected by ``traces`` (``TracesConfig.ready``, traces/apps.py:
-#: ``traces.otel.on_task_finished`` exports the run over OpenTelemetry).
+#: ``traces.otel.on_task_finished`` exports the run over OpenTelemetry), by
+#: ``runs`` itself (the queued message behind it).
 task_finished = Signal()
+
+#: Sent with ``sender=Task, task=task, parked=bool`` when a task that names where
+#: its outcome goes (``Task.webhook_url``) reached its final status (``parked``
+#: False, just after :data:`task_finished`) or parked to wait for an approval
+#: (``parked`` True), inside the transaction that wrote that state. Only then:
+#: a run without a URL pays one attribute check and no receiver runs. Connected
+#: by ``notify`` (``NotifyConfig.ready``, notify/apps.py:
+#: ``notify.completion.on_task_outcome`` queues the completion webhook).
+task_outcome = Signal()

@@ -24,6 +24,7 @@ from engine.spec import FINAL_TASK_STATUSES, StopReason, TaskStatus
 from infra import runtime
 from infra.errors import ErrorKind, ServiceError
 from registry.access import may_use_agent
+from registry.adapters.outbound import internal_url_problem
 from registry.services import agent_snapshot_of, snapshot_priced, snapshot_routed
 from runs import events as notify
 from runs import ports
@@ -69,14 +70,67 @@ class TaskFinal(ServiceError):
 # -- starting --------------------------------------------------------------------
 
 
+#: What ``Conversation.webhook_url`` (and a task's copy) holds at most.
+WEBHOOK_URL_MAX_CHARS = 2000
+
+
+class WebhookUrlInvalid(ServiceError):
+    """A completion webhook URL that is not http(s), or reaches a private or
+    loopback address ``REACH_INTERNAL_HOSTS`` does not list (the message says)."""
+
+
+def webhook_url_checked(url: Any) -> str:
+    """``url`` as a conversation stores it ("" for none); raises
+    :class:`WebhookUrlInvalid` for one the SSRF rules of HTTP tools refuse."""
+    if url is None or url == "":
+        return ""
+    if not isinstance(url, str):
+        raise WebhookUrlInvalid("webhook_url is a URL (a string) or null.")
+    text = url.strip()
+    if len(text) > WEBHOOK_URL_MAX_CHARS:
+        raise WebhookUrlInvalid(
+            f"webhook_url is longer than {WEBHOOK_URL_MAX_CHARS} characters."
+        )
+    problem = internal_url_problem(text)
+    if problem:
+        raise WebhookUrlInvalid(f"webhook_url cannot be used: {problem}")
+    return text
+
+
 def conversation_create(
-    *, owner: Any, agent: Any, on_busy: str | None = None
+    *,
+    owner: Any,
+    agent: Any,
+    on_busy: str | None = None,
+    webhook_url: str = "",
 ) -> Conversation:
+    """A new conversation; ``webhook_url`` (checked by the caller with
+    :func:`webhook_url_checked`) gets each of its runs' outcome."""
     now = timezone.now()
     extra = {"on_busy": Conversation.OnBusy(on_busy)} if on_busy else {}
     return Conversation.objects.create(
-        owner=owner, agent=agent, created_at=now, updated_at=now, **extra
+        owner=owner,
+        agent=agent,
+        created_at=now,
+        updated_at=now,
+        webhook_url=webhook_url,
+        **extra,
     )
+
+
+def conversation_set_webhook(
+    *, conversation: Conversation, webhook_url: str
+) -> Conversation:
+    """Post the outcome of ``conversation``'s runs to ``webhook_url`` (checked
+    with :func:`webhook_url_checked`; "" for nowhere), from its run still going
+    on too: that run reads its copy when it ends or parks."""
+    with transaction.atomic():
+        conversation.webhook_url = webhook_url
+        Conversation.objects.filter(pk=conversation.pk).update(webhook_url=webhook_url)
+        Task.objects.filter(conversation=conversation, status__in=Task.ACTIVE).update(
+            webhook_url=webhook_url
+        )
+    return conversation
 
 
 def conversation_set_on_busy(
@@ -223,6 +277,7 @@ def task_start(
             cost_usd=0.0 if snapshot_price(snapshot.extra) is not None else None,
             intent=route.intent if route is not None else None,
             source=source,
+            webhook_url=conversation.webhook_url,
             created_at=now,
             updated_at=now,
         )
@@ -450,6 +505,9 @@ __all__ = [
     "TaskFinal",
     "conversation_create",
     "conversation_set_on_busy",
+    "conversation_set_webhook",
+    "WebhookUrlInvalid",
+    "webhook_url_checked",
     "task_cancel",
     "task_start",
 ]

@@ -122,6 +122,13 @@ class MessageSchema(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+WEBHOOK_URL_HELP = (
+    "Where each run's outcome is posted when it ends or waits for an approval "
+    '(signed, retried; docs/api.md "Completion webhooks"). http(s); a private '
+    "or loopback address only when REACH_INTERNAL_HOSTS lists it."
+)
+
+
 class ConversationSchema(serializers.Serializer):
     id = serializers.CharField()
     agent = serializers.CharField()
@@ -130,6 +137,7 @@ class ConversationSchema(serializers.Serializer):
         Conversation.OnBusy.values,
         help_text="What a message sent while a run goes on does.",
     )
+    webhook_url = serializers.CharField(allow_null=True, help_text=WEBHOOK_URL_HELP)
 
 
 class QueuedMessageSchema(serializers.Serializer):
@@ -164,7 +172,10 @@ class MessageAcceptedSchema(serializers.Serializer):
 
 
 class ConversationUpdateSchema(serializers.Serializer):
-    on_busy = serializers.ChoiceField(Conversation.OnBusy.values)
+    on_busy = serializers.ChoiceField(Conversation.OnBusy.values, required=False)
+    webhook_url = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, help_text=WEBHOOK_URL_HELP
+    )
 
 
 class ConversationDetailSchema(ConversationSchema):
@@ -176,6 +187,9 @@ class ConversationCreateSchema(serializers.Serializer):
         Conversation.OnBusy.values,
         required=False,
         help_text="Default: REACH_ON_BUSY (queue).",
+    )
+    webhook_url = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, help_text=WEBHOOK_URL_HELP
     )
     agent = serializers.CharField(
         required=False,

@@ -63,8 +63,9 @@ class ConversationList(APIView):
             if agent is None:
                 raise ApiValidationError({"agent": ["No agent is configured."]})
         on_busy = _on_busy(request.data)
+        webhook_url = _webhook_url(request.data) or ""
         conversation = runs.conversation_create(
-            owner=request.user, agent=agent, on_busy=on_busy
+            owner=request.user, agent=agent, on_busy=on_busy, webhook_url=webhook_url
         )
         return Response(
             conversation_payload(conversation), status=status.HTTP_201_CREATED
@@ -79,6 +80,17 @@ def _on_busy(data: dict[str, Any]) -> str | None:
         choices = ", ".join(Conversation.OnBusy.values)
         raise ApiValidationError({"on_busy": [f"on_busy is one of: {choices}."]})
     return str(value)
+
+
+def _webhook_url(data: dict[str, Any]) -> str | None:
+    """The checked ``webhook_url`` of ``data`` ("" to clear it); None when
+    ``data`` does not name one."""
+    if "webhook_url" not in data:
+        return None
+    try:
+        return runs.webhook_url_checked(data["webhook_url"])
+    except runs.WebhookUrlInvalid as refused:
+        raise ApiValidationError({"webhook_url": [refused.message]}) from refused
 
 
 def _not_yours(agent: Agent) -> str:
@@ -97,16 +109,25 @@ class ConversationDetail(APIView):
     @extend_schema(
         request=schema.ConversationUpdateSchema,
         responses={200: schema.ConversationSchema},
-        description="Choose what a message sent while a run goes on does.",
+        description="Choose what a message sent while a run goes on does, and "
+        "where the outcome of its runs is posted (webhook_url; null to stop).",
     )
     def patch(self, request: Request, conversation_id: str) -> Response:
         conversation = own_conversation_or_404(request, conversation_id)
-        if not isinstance(request.data, dict) or "on_busy" not in request.data:
+        if not isinstance(request.data, dict) or not (
+            "on_busy" in request.data or "webhook_url" in request.data
+        ):
             raise ApiValidationError({"on_busy": ['Send {"on_busy": choice}.']})
         on_busy = _on_busy(request.data)
-        conversation = runs.conversation_set_on_busy(
-            conversation=conversation, on_busy=on_busy
-        )
+        webhook_url = _webhook_url(request.data)
+        if on_busy is not None:
+            conversation = runs.conversation_set_on_busy(
+                conversation=conversation, on_busy=on_busy
+            )
+        if webhook_url is not None:
+            conversation = runs.conversation_set_webhook(
+                conversation=conversation, webhook_url=webhook_url
+            )
         return Response(conversation_payload(conversation))
 
 
