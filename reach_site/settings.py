@@ -341,6 +341,9 @@ REACH_HEARTBEAT_S = env_float("REACH_HEARTBEAT_S", 10.0)
 # A turn whose only call is a read that finishes within this is written in one
 # transaction and one push with the model's reply (engine.loop.Engine.read_window_s).
 REACH_READ_WINDOW_MS = env_float("REACH_READ_WINDOW_MS", 100.0)
+# A reply's streamed pieces leave in one push (and one Redis write) per window of
+# this many milliseconds (runs/streaming.py); a reply done within one costs none.
+REACH_STREAM_COALESCE_MS = env_float("REACH_STREAM_COALESCE_MS", 50.0)
 REACH_REAPER_INTERVAL_S = env_float("REACH_REAPER_INTERVAL_S", 15.0)
 REACH_QUEUED_GRACE_S = env_int("REACH_QUEUED_GRACE_S", 30)
 REACH_MAX_MESSAGE_CHARS = env_int("REACH_MAX_MESSAGE_CHARS", 8000)

@@ -42,6 +42,7 @@ from runs import ports
 from runs.journal import DjangoJournal
 from runs.leases import _heartbeat, task_claim
 from runs.models import Step, Task
+from runs.streaming import LiveReply
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,13 @@ def build_engine(task: Task) -> Engine:
         routing=routing,
         read_window_s=settings.REACH_READ_WINDOW_MS / 1000,
         agent=snapshot,
+        # The reply pushed to the task's watchers while it is written.
+        reply_watcher=LiveReply(
+            task.pk,
+            window_s=settings.REACH_STREAM_COALESCE_MS / 1000,
+            rev=lambda: task.rev,
+            redactor=runtime.redactor(),
+        ),
         # Made only when the run first hands off (or follows a handoff).
         handoffs=functools.partial(
             RegistryHandoffs,
