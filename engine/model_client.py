@@ -338,7 +338,7 @@ class OpenAIModelClient:
 
         self._openai = openai
         self._completion = ChatCompletion
-        self._stream_cls = openai.Stream[ChatCompletionChunk]
+        self._stream_cls = _kept_alive(openai.Stream[ChatCompletionChunk])
         self.base_url = base_url
         self.max_retries = max_retries
         self.temperature = temperature
@@ -549,6 +549,27 @@ class OpenAIModelClient:
                 None,
             )
         raise exc
+
+
+def _kept_alive(stream: Any) -> Any:
+    """The SDK's ``Stream``, reading its body to the end after ``[DONE]``.
+
+    The SDK stops at ``[DONE]`` and closes the response before the chunked
+    body's last bytes are read, which closes the connection too: every model
+    call would open a new one (a TLS handshake, against a remote endpoint). A
+    server ends its body right after ``[DONE]``, so reading on costs nothing.
+    """
+
+    class KeptAlive(stream):  # type: ignore[misc]
+        def _iter_events(self) -> Any:
+            events = super()._iter_events()
+            for sse in events:
+                if sse.data.startswith("[DONE]"):
+                    for _rest in events:
+                        pass
+                yield sse
+
+    return KeptAlive
 
 
 class UnavailableModel:

@@ -20,9 +20,13 @@ step it already has.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +43,44 @@ log = logging.getLogger(__name__)
 DELTA_MESSAGE = "reach.delta"
 #: How long a reply's text so far outlives a worker that died mid-reply.
 LIVE_TTL_S = 120
+
+
+class _Windows:
+    """The ends of coalescing windows, fired by one daemon thread per process
+    (started lazily, after any fork): a reply pays a heap push per window, not
+    a thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._pid: int | None = None
+
+    def after(self, seconds: float, fire: Callable[[], None]) -> None:
+        with self._cond:
+            if self._pid != os.getpid():
+                self._pid, self._due = os.getpid(), []
+                threading.Thread(
+                    target=self._run, name="reach-live-reply", daemon=True
+                ).start()
+            entry = (time.monotonic() + seconds, next(self._order), fire)
+            heapq.heappush(self._due, entry)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._cond.wait(wait)
+                _, _, fire = heapq.heappop(self._due)
+            try:
+                fire()
+            except Exception:  # noqa: BLE001 - a lost delta is not a lost reply
+                log.warning("a live reply's window failed", exc_info=True)
+
+
+_windows = _Windows()
 
 
 def live_key(task_id: Any) -> str:
@@ -85,6 +127,9 @@ class LiveReply:
         self._redactor = redactor
         self._lock = threading.Lock()
         self._redis: redis.Redis | None = None
+        # Windows are numbered over the run, so one left from an ended reply
+        # never fires into the next.
+        self._opened = 0
         self._start()
 
     def _start(self) -> None:
@@ -93,7 +138,7 @@ class LiveReply:
         self._sent = ""  # the redacted text the watchers have
         self._sent_tools: tuple[str, ...] = ()
         self._reset = False
-        self._timer: threading.Timer | None = None
+        self._window: int | None = None  # the open window (None: none)
         self._began_at: int | None = None  # the task's rev when the reply began
         self._stored = False
 
@@ -105,17 +150,17 @@ class LiveReply:
                 self._text, self._reset = "", True
             self._text += delta.text
             self._tools = delta.tools
-            if self._timer is None:
-                self._timer = threading.Timer(self.window_s, self._flush)
-                self._timer.daemon = True
-                self._timer.start()
+            if self._window is None:
+                self._opened += 1
+                window = self._window = self._opened
+                _windows.after(self.window_s, lambda: self._flush(window))
 
-    def _flush(self) -> None:
+    def _flush(self, window: int) -> None:
         """The window ended: what was written since goes out, in one push."""
         with self._lock:
-            if self._timer is None:
+            if self._window != window:
                 return  # The reply ended first.
-            self._timer = None
+            self._window = None
             text = self._redactor.text(self._text)
             reset = self._reset or not text.startswith(self._sent)
             offset = 0 if reset else len(self._sent)
@@ -145,8 +190,6 @@ class LiveReply:
 
     def ended(self) -> None:
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
             stored = self._stored
             self._start()
             if stored:

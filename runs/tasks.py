@@ -157,12 +157,13 @@ def build_engine(task: Task) -> Engine:
             # run whose endpoint is down, not as an internal error before its
             # first step.
             client = UnavailableModel(exc)
+    redactor = runtime.redactor()
     return Engine(
         model_client=client,
         toolbox=toolbox,
         executor=runtime.executor(),
         limits=run_limits(task, snapshot=snapshot),
-        redactor=runtime.redactor(),
+        redactor=redactor,
         model_pool=runtime.model_pool(),
         price=snapshot_price(snapshot.extra),
         routing=routing,
@@ -173,7 +174,7 @@ def build_engine(task: Task) -> Engine:
             task.pk,
             window_s=settings.REACH_STREAM_COALESCE_MS / 1000,
             rev=lambda: task.rev,
-            redactor=runtime.redactor(),
+            redactor=redactor,
         ),
         # Made only when the run first hands off (or follows a handoff).
         handoffs=functools.partial(

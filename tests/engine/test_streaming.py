@@ -298,3 +298,13 @@ def test_a_run_streams_its_answer_to_the_watcher_and_records_it_whole(
         "content": "The whole answer, in pieces.",
     }
     assert heard.text == "The whole answer, in pieces." and heard.ends == 1
+
+
+def test_a_streamed_call_leaves_its_connection_for_the_next_one(
+    model: ScriptedModel,
+) -> None:
+    model.handler = Script([text("one " * 20), text("two " * 20), text("three")])
+    client = client_of(model)
+    for _ in range(3):
+        client.complete(messages=HELLO, tools=[], model="m")
+    assert model.connections_opened == 1

@@ -869,6 +869,8 @@ class ScriptedModel(Started):
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
+        #: Connections clients opened so far (kept-alive ones count once).
+        self.connections_opened = 0
 
     # lifecycle ----------------------------------------------------------------
 
@@ -925,6 +927,7 @@ class ScriptedModel(Started):
     def _track(self, connection: socket.socket, *, add: bool) -> None:
         with self._lock:
             if add:
+                self.connections_opened += 1
                 self._connections.add(connection)
             else:
                 self._connections.discard(connection)
