@@ -261,6 +261,11 @@ class Engine:
                 self._finish_interrupted(journal, stop)
                 return Outcome.FINISHED
             except ModelError as exc:
+                if exc.partial is not None:  # A re-run of a reply that was cut.
+                    cut = _Cancelled(exc.partial)
+                    steps.extend(self._append(journal, [self._cut_step(cut, steps)]))
+                    self._finish_interrupted(journal, cut)
+                    return Outcome.FINISHED
                 failed = self._failed_model_step(
                     exc,
                     steps,

@@ -37,12 +37,23 @@ Tools = Sequence[dict[str, Any]]
 
 
 class ModelError(Exception):
-    """The model endpoint failed for good; the message is for the user."""
+    """The model endpoint failed for good; the message is for the user.
 
-    def __init__(self, message: str, *, kind: str, attempts: list[Attempt]) -> None:
+    ``partial``: the reply written before the call was cut (a re-run's recorded
+    cut reply); the engine records it as cut, as it does the live one."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        attempts: list[Attempt],
+        partial: ModelReply | None = None,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.attempts = attempts
+        self.partial = partial
 
 
 @dataclass

@@ -308,3 +308,31 @@ def test_a_streamed_call_leaves_its_connection_for_the_next_one(
     for _ in range(3):
         client.complete(messages=HELLO, tools=[], model="m")
     assert model.connections_opened == 1
+
+
+def test_a_run_cut_mid_reply_re_runs_to_the_same_cut(model: ScriptedModel) -> None:
+    from engine.replay import RecordedRun, rerun
+
+    model.handler = Script([slow_stream(text("word " * 400), 0.05)])
+    heard = Heard()
+    journal = MemoryJournal(task_id="t", goal="talk")
+    runner = threading.Thread(target=_engine(model, heard).advance, args=(journal,))
+    runner.start()
+    assert heard.first.wait(10)
+    journal.cancelled = True
+    runner.join(10)
+    assert journal.finished is not None
+    recorded = RecordedRun(
+        task_id="t",
+        goal="talk",
+        system=journal.system,
+        model=journal.model,
+        steps=list(journal.steps),
+        stop_reason=journal.finished[0].value,
+    )
+    result = rerun(recorded, specs={}, limits=Limits())
+    assert result.matches, result.divergence
+    assert result.stop_reason == "cancelled"
+    [step] = result.steps
+    assert step.detail[DetailKey.CUT] is True
+    assert step.response == journal.steps[0].response
