@@ -190,48 +190,52 @@ class _Assembly:
         self.saw_choice = False
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
-        self.usage: Any = None
-        self._names: tuple[str, ...] = ()
+        self.usage: dict[str, Any] | None = None
+        self._new_name = False
 
-    def add(self, chunk: Any, attempt: int) -> ReplyDelta | None:
-        """Take one chunk in; what it showed that is new, if anything."""
-        self.completion_id = self.completion_id or chunk.id
-        if chunk.model:
-            self.model = chunk.model
-        if chunk.usage is not None:
-            self.usage = chunk.usage
+    def add(self, chunk: dict[str, Any], attempt: int) -> ReplyDelta | None:
+        """Take one chunk (its JSON, as the API sends it) in; what it showed
+        that is new, if anything."""
+        if not isinstance(chunk, dict):
+            return None  # Not a chunk at all: the stream's end says what is missing.
+        self.completion_id = self.completion_id or chunk.get("id")
+        if chunk.get("model"):
+            self.model = chunk["model"]
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
         piece = ""
-        for choice in chunk.choices or ():
-            if choice.index:
+        for choice in chunk.get("choices") or ():
+            if choice.get("index"):
                 continue
             self.saw_choice = True
-            delta = choice.delta
-            if delta.content is not None:
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if content is not None:
                 self.saw_content = True
-                piece += delta.content
-                self.content.append(delta.content)
-            for call in delta.tool_calls or ():
+                piece += content
+                self.content.append(content)
+            for call in delta.get("tool_calls") or ():
                 self._add_call(call)
-            if choice.finish_reason is not None:
-                self.finish_reason = choice.finish_reason
-        names = tuple(c["name"] for _, c in sorted(self.calls.items()) if c["name"])
-        if not piece and names == self._names:
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+        if not piece and not self._new_name:
             return None
-        self._names = names
+        self._new_name = False
+        names = tuple(c["name"] for _, c in sorted(self.calls.items()) if c["name"])
         return ReplyDelta(piece, names, attempt)
 
-    def _add_call(self, call: Any) -> None:
+    def _add_call(self, call: dict[str, Any]) -> None:
         entry = self.calls.setdefault(
-            call.index, {"id": None, "name": "", "arguments": []}
+            call.get("index") or 0, {"id": None, "name": "", "arguments": []}
         )
-        if call.id:
-            entry["id"] = call.id
-        function = call.function
-        if function is not None:
-            if function.name:
-                entry["name"] += function.name
-            if function.arguments:
-                entry["arguments"].append(function.arguments)
+        if call.get("id"):
+            entry["id"] = call["id"]
+        function = call.get("function") or {}
+        if function.get("name"):
+            entry["name"] += function["name"]
+            self._new_name = True
+        if function.get("arguments"):
+            entry["arguments"].append(function["arguments"])
 
     def raw_message(self) -> dict[str, Any]:
         """The assistant message as the non-streaming call's ``model_dump``."""
@@ -255,9 +259,7 @@ class _Assembly:
 
     def reply(self, attempts: list[Attempt]) -> ModelReply:
         content, calls = parse_message(self.raw_message())
-        usage = Usage.from_dict(
-            self.usage.model_dump() if self.usage is not None else None
-        )
+        usage = Usage.from_dict(self.usage)
         return ModelReply(
             message=assistant_message(content, calls),
             content=content,
@@ -345,11 +347,14 @@ class OpenAIModelClient:
         # openai takes ~1.4 s to import; only a process that builds a client pays
         # for it (every Django process imports this module).
         import openai
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        from openai.types.chat import ChatCompletion
 
         self._openai = openai
         self._completion = ChatCompletion
-        self._stream_cls = _kept_alive(openai.Stream[ChatCompletionChunk])
+        # Chunks as plain JSON (``Stream[object]``): the SDK's model of each
+        # chunk costs ~700 function calls, a dozen a reply, and the assembly
+        # reads a few keys.
+        self._stream_cls = _kept_alive(openai.Stream[object])
         self.base_url = base_url
         self.max_retries = max_retries
         self.temperature = temperature
