@@ -125,7 +125,8 @@ class LiveReply:
         self.window_s = window_s
         self._rev = rev
         self._redactor = redactor
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the reply's state
+        self._io = threading.Lock()  # a window's write and push, and the end
         self._redis: redis.Redis | None = None
         # Windows are numbered over the run, so one left from an ended reply
         # never fires into the next.
@@ -156,27 +157,33 @@ class LiveReply:
                 _windows.after(self.window_s, lambda: self._flush(window))
 
     def _flush(self, window: int) -> None:
-        """The window ended: what was written since goes out, in one push."""
-        with self._lock:
-            if self._window != window:
-                return  # The reply ended first.
-            self._window = None
-            text = self._redactor.text(self._text)
-            reset = self._reset or not text.startswith(self._sent)
-            offset = 0 if reset else len(self._sent)
-            if not reset and text == self._sent and self._tools == self._sent_tools:
-                return
-            rev = self._began_at or 0
+        """The window ended: what was written since goes out, in one push.
+
+        The Redis write and the push happen outside the lock the model's thread
+        takes for each piece (a slow Redis never slows the reading of the
+        stream), under one that orders them before the reply's end."""
+        with self._io:
+            with self._lock:
+                if self._window != window:
+                    return  # The reply ended first.
+                self._window = None
+                text = self._redactor.text(self._text)
+                tools = self._tools
+                reset = self._reset or not text.startswith(self._sent)
+                if not reset and text == self._sent and tools == self._sent_tools:
+                    return
+                offset = 0 if reset else len(self._sent)
+                rev = self._began_at or 0
+                self._sent, self._sent_tools, self._reset = text, tools, False
             event = delta_event(
                 self.task_id,
                 rev=rev,
                 offset=offset,
                 text=text[offset:],
-                tools=list(self._tools),
+                tools=list(tools),
                 reset=reset,
             )
-            self._sent, self._sent_tools, self._reset = text, self._tools, False
-            snapshot = {"rev": rev, "text": text, "tools": list(self._tools)}
+            snapshot = {"rev": rev, "text": text, "tools": list(tools)}
             try:
                 self._client().set(
                     live_key(self.task_id),
@@ -189,9 +196,10 @@ class LiveReply:
             push(task_group(self.task_id), {"type": DELTA_MESSAGE, "delta": event})
 
     def ended(self) -> None:
-        with self._lock:
-            stored = self._stored
-            self._start()
+        with self._io:
+            with self._lock:
+                stored = self._stored
+                self._start()
             if stored:
                 try:
                     self._client().delete(live_key(self.task_id))

@@ -14,16 +14,20 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
+from engine.model_client import ReplyDelta
+from engine.redaction import Redactor
 from engine.spec import DetailKey, ErrorClass, StepKind
 from infra.runtime import redis_client
 from runs import services as runs
+from runs import streaming
 from runs.models import Step, Task
-from runs.streaming import live_key
+from runs.streaming import LiveReply, delta_event, live_key, live_reply
 from tests.support.clients import bearer_headers
 from tests.support.replies import Script, broken_stream, slow_stream, text
 from tests.support.runs import advance, start
 from tests.support.sockets import task_socket
 from tests.support.sse import AsgiStream, events_path
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -221,3 +225,74 @@ async def test_a_stream_broken_mid_reply_is_retried_and_the_watchers_start_over(
     assert ANSWER.startswith(replayed(deltas))
     [step] = await model_steps(task)
     assert [a["error_class"] for a in step.attempts] == ["connection", None]
+
+
+# -- the coalescing, piece by piece ------------------------------------------------
+
+
+class Pushes:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def __call__(self, group: str, message: dict[str, Any]) -> None:
+        self.sent.append(message["delta"])
+
+
+@pytest.fixture
+def pushes(monkeypatch: Any) -> Pushes:
+    recorder = Pushes()
+    monkeypatch.setattr(streaming, "push", recorder)
+    return recorder
+
+
+def live(window_s: float, secrets: dict[str, str] | None = None) -> LiveReply:
+    return LiveReply(
+        "t-1", window_s=window_s, rev=lambda: 7, redactor=Redactor(secrets=secrets)
+    )
+
+
+def test_a_reply_done_within_its_first_window_costs_no_push_and_no_write(
+    pushes: Pushes,
+) -> None:
+    reply = live(30.0)
+    for piece in ("a", "b", "c"):
+        reply.delta(ReplyDelta(piece))
+    reply.ended()
+    assert pushes.sent == []
+    assert not redis_client().exists(live_key("t-1"))
+
+
+def test_the_pieces_of_one_window_leave_in_one_push_and_one_write(
+    pushes: Pushes,
+) -> None:
+    reply = live(0.05)
+    for piece in ("Hel", "lo, ", "wor", "ld"):
+        reply.delta(ReplyDelta(piece))
+    wait_for(lambda: pushes.sent, 10, what="the window's push")
+    [event] = pushes.sent
+    assert event == delta_event(
+        "t-1", rev=7, offset=0, text="Hello, world", tools=[], reset=False
+    )
+    assert live_reply("t-1", after=7) == delta_event(
+        "t-1", rev=7, offset=0, text="Hello, world", tools=[], reset=True
+    )
+    assert live_reply("t-1", after=8) is None  # a watcher that has its step
+    reply.delta(ReplyDelta("!", ("send_email",)))
+    wait_for(lambda: len(pushes.sent) == 2, 10, what="the next window's push")
+    assert pushes.sent[1]["offset"] == 12 and pushes.sent[1]["text"] == "!"
+    assert pushes.sent[1]["tools"] == ["send_email"]
+    reply.ended()
+    assert not redis_client().exists(live_key("t-1"))
+
+
+def test_what_is_pushed_is_redacted_and_a_retry_starts_over(pushes: Pushes) -> None:
+    reply = live(0.05, secrets={"KEY": "sk-live-0123456789abcdef"})
+    reply.delta(ReplyDelta("the key is sk-live-0123"))
+    reply.delta(ReplyDelta("456789abcdef, keep it"))
+    wait_for(lambda: pushes.sent, 10, what="the window's push")
+    assert "0123" not in pushes.sent[0]["text"]
+    reply.delta(ReplyDelta("", attempt=2, reset=True))
+    reply.delta(ReplyDelta("fresh", attempt=2))
+    wait_for(lambda: len(pushes.sent) == 2, 10, what="the retry's push")
+    assert pushes.sent[1]["reset"] and pushes.sent[1]["text"] == "fresh"
+    reply.ended()
