@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import TIMEOUT_MS, log_in
-from tests.support.replies import Script, slow_stream, text
+from tests.support.replies import Script, slow_stream, text, tool_call
 from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
@@ -20,7 +20,19 @@ ANSWER = FIRST_WORDS + " every word of this answer arrives on its own." * 8
 def test_the_first_words_are_on_the_page_before_the_call_ends(
     browser: Any, stack: Stack, served: Any
 ) -> None:
-    model = served(Script([slow_stream(text(ANSWER), 0.05)]))
+    # A call whose arguments take a few seconds to write (JSON allows the spaces).
+    slow_call = tool_call(
+        "calculate", '{"expression": "128 * 6 + 320"' + " " * 240 + "}"
+    )
+    model = served(
+        Script(
+            [
+                slow_stream(text(ANSWER), 0.05),
+                slow_stream(slow_call, 0.05),
+                text("The total is 1088."),
+            ]
+        )
+    )
     model.stream_chunk_chars = 4  # ~100 chunks: five seconds of writing
     page = log_in(browser, stack, "alice")
 
@@ -41,3 +53,19 @@ def test_the_first_words_are_on_the_page_before_the_call_ends(
     expect(live).to_have_count(0)
     expect(page.locator("li.step[data-kind='model_call']")).to_have_count(1)
     page.screenshot(path="/tmp/reach-streaming.png", full_page=True)
+
+    # A tool call being written shows its name, never its arguments.
+    page.fill("#message", "Add up the budget.")
+    page.press("#message", "Enter")
+    second = page.locator("article.turn").nth(1)
+    preparing = second.locator("[data-live-reply] .preparing")
+    expect(preparing).to_have_text("preparing `calculate`…", timeout=TIMEOUT_MS)
+    assert "128" not in second.locator("[data-live-reply]").inner_text()
+    assert second.locator("li.step[data-tool='calculate']").count() == 0
+    expect(second.locator("[data-reply]")).to_have_text(
+        "The total is 1088.", timeout=TIMEOUT_MS
+    )
+    expect(second.locator("[data-live-reply]")).to_have_count(0)
+    expect(second.locator("li.step[data-tool='calculate']")).to_contain_text(
+        "128 * 6 + 320"
+    )
