@@ -3,7 +3,9 @@
 For programs, which hold a bearer token but no browser: the task websocket's
 ``step`` and ``task`` events (runs/events.py builds both, for both), one per SSE
 event named after its ``type``, its ``data`` the websocket's JSON, its ``id`` the
-rev it carries: a step event the step's rev, a task event the task's.
+rev it carries: a step event the step's rev, a task event the task's. The
+``delta`` events of a reply being written (runs/streaming.py) come as pushed,
+with no ``id`` and no read of the database.
 
 Ids never decrease. A client that reconnects with ``Last-Event-ID: R`` (or asks
 ``?after=R``) gets the latest state of every step changed after ``R``, and the
@@ -302,6 +304,9 @@ class TaskEvents(APIView):
             "`step` and `task` events, the task websocket's JSON as `data`, each "
             "with `id: <rev>`; ids never decrease. Reconnect with `Last-Event-ID` "
             "(or `?after=`) to get every change after that rev and nothing twice. "
+            "While the model writes a reply, `delta` events (no `id`, not stored): "
+            "the reply's text at an offset, the tool calls being written by name; "
+            "a stream that starts mid-reply gets the text so far first. "
             "The stream ends after the final task event; `: keep-alive` comments "
             "every 15 s while idle. 204 when resumed at or after the final event."
         ),
