@@ -36,7 +36,14 @@ from .handoff import (
     transfer_target,
     with_transfers,
 )
-from .model_client import ModelClient, ModelError, ModelReply
+from .model_client import (
+    ModelClient,
+    ModelError,
+    ModelReply,
+    ReplyStream,
+    ReplyWatcher,
+    reply_stream,
+)
 from .planning import Planner
 from .pricing import ModelPrice, format_usd, snapshot_price
 from .redaction import Redactor
@@ -169,6 +176,9 @@ class Engine:
     #: Makes the port the run hands off through (engine.handoff), when it
     #: first needs it; None: transfers are refused.
     handoffs: Callable[[], Handoffs] | None = None
+    #: Hears each turn's reply as the model writes it (the worker pushes it to
+    #: the run's watchers); None: nobody does.
+    reply_watcher: ReplyWatcher | None = None
 
     def __post_init__(self) -> None:
         # The acting agent: the handoff step that made it act (0: the start).
@@ -246,9 +256,16 @@ class Engine:
             try:
                 reply = self._call_model(journal, messages, snap.model)
             except _Interrupted as stop:
+                if stop.partial is not None:
+                    steps.extend(self._append(journal, [self._cut_step(stop, steps)]))
                 self._finish_interrupted(journal, stop)
                 return Outcome.FINISHED
             except ModelError as exc:
+                if exc.partial is not None:  # A re-run of a reply that was cut.
+                    cut = _Cancelled(exc.partial)
+                    steps.extend(self._append(journal, [self._cut_step(cut, steps)]))
+                    self._finish_interrupted(journal, cut)
+                    return Outcome.FINISHED
                 failed = self._failed_model_step(
                     exc,
                     steps,
@@ -436,7 +453,9 @@ class Engine:
         messages = self.routing.classification_messages(snap.goal)
         estimate = TokenEstimator().raw(messages)
         try:
-            reply = self._call_model(journal, messages, snap.model, tools=[])
+            reply = self._call_model(
+                journal, messages, snap.model, tools=[], live=False
+            )
         except _Interrupted as stop:
             self._finish_interrupted(journal, stop)
             return Outcome.FINISHED
@@ -585,31 +604,68 @@ class Engine:
         model: str,
         *,
         tools: list[dict[str, Any]] | None = None,
+        live: bool = True,
     ) -> ModelReply:
+        """The model's reply; ``live`` streams it to :attr:`reply_watcher` as it
+        is written (a routing call is not the run's answer)."""
         tools = self._tools() if tools is None else tools
-        if self.model_pool is None:
-            return self.model_client.complete(
-                messages=messages, tools=tools, model=model
+        stream = ReplyStream(self.reply_watcher if live else None)
+        token = reply_stream.set(stream)
+        try:
+            if self.model_pool is None:
+                return self.model_client.complete(
+                    messages=messages, tools=tools, model=model
+                )
+            # The run's context goes along (the task and intent of its log
+            # lines, the reply's stream).
+            future: Future[ModelReply] = self.model_pool.submit(
+                contextvars.copy_context().run,
+                self.model_client.complete,
+                messages=messages,
+                tools=tools,
+                model=model,
             )
-        # The run's context goes along (the task and intent of its log lines).
-        future: Future[ModelReply] = self.model_pool.submit(
-            contextvars.copy_context().run,
-            self.model_client.complete,
-            messages=messages,
-            tools=tools,
-            model=model,
-        )
+        finally:
+            reply_stream.reset(token)
         while True:
             try:
                 return future.result(timeout=self.poll_interval_s)
             except TimeoutError:
                 if journal.control().cancelled:
-                    # Abandon the in-flight call: its answer is never read.
+                    # Close the in-flight call: its answer is never read, what
+                    # it wrote so far is recorded as cut.
+                    partial = stream.cut()
                     future.cancel()
-                    raise _Cancelled() from None
+                    raise _Cancelled(
+                        partial if live and partial and partial.content else None
+                    ) from None
                 if journal.active_seconds() >= self.limits.time_budget_s:
+                    stream.cut()
                     future.cancel()
                     raise _OutOfTime() from None
+
+    def _cut_step(self, stop: _Interrupted, steps: Sequence[StepRecord]) -> StepRecord:
+        """The model_call step of a reply cut short by ``stop``: the text it had
+        written, marked as cut; the calls it had begun are not kept (they never
+        completed, and nothing runs after a cancel)."""
+        partial = stop.partial
+        assert partial is not None
+        now = utcnow()
+        return StepRecord(
+            seq=_next_seq(steps),
+            kind=StepKind.MODEL_CALL,
+            status=StepStatus.FAILED,
+            model=partial.model,
+            request_id=partial.request_id,
+            response=self.redactor.data(partial.message),
+            error="The run was cancelled while the model was answering; its reply "
+            "was cut.",
+            error_class=ErrorClass.CANCELLED,
+            started_at=_ago(now, partial.latency_ms),
+            finished_at=now,
+            cost_usd=None,
+            detail={DetailKey.CUT: True, DetailKey.FINISH_REASON: None},
+        )
 
     # -- planning -----------------------------------------------------------------
 
@@ -901,9 +957,14 @@ class Engine:
 
 
 class _Interrupted(Exception):
-    """The run must stop while the model is thinking, for ``reason``."""
+    """The run must stop while the model is thinking, for ``reason``; ``partial``
+    is the reply it had written when it was cut (None: none to record)."""
 
     reason: StopReason
+
+    def __init__(self, partial: ModelReply | None = None) -> None:
+        super().__init__()
+        self.partial = partial
 
 
 class _Cancelled(_Interrupted):

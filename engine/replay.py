@@ -88,6 +88,25 @@ class ReplayModelClient:
                 )
             step = self._calls[self._next]
             self._next += 1
+        if step.detail.get(DetailKey.CUT) and step.response is not None:
+            # Cut by a cancel mid-reply: cut again, with what was written.
+            content = step.response.get("content")
+            raise ModelError(
+                step.error or "The reply was cut.",
+                kind=ErrorClass.CANCELLED,
+                attempts=[],
+                partial=ModelReply(
+                    message=dict(step.response),
+                    content=content,
+                    tool_calls=[],
+                    finish_reason=None,
+                    usage=Usage(),
+                    request_id=step.request_id,
+                    model=step.model or model,
+                    latency_ms=0.0,
+                    usage_reported=False,
+                ),
+            )
         if step.status is StepStatus.FAILED or step.response is None:
             raise ModelError(
                 step.error or "The model call failed.",

@@ -214,6 +214,7 @@ class DetailKey(StrEnum):
     PROMPT_ESTIMATE = "prompt_estimate"
     CONTEXT_ESTIMATE = "context_estimate"
     FINISH_REASON = "finish_reason"
+    CUT = "cut"  # on a model call: the reply was cut short (a cancel mid-reply)
     ATTEMPT_COUNT = "attempt_count"
     COPIED_FROM = "copied_from"
     FORK = "fork"

@@ -826,7 +826,10 @@ def build_chat_completion(
 
 def completion_chunks(completion: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """Replay a finished ``chat.completion`` as ``chat.completion.chunk`` dicts
-    (for ``stream=True`` clients): the role, the content, each tool call, the end."""
+    (for ``stream=True`` clients): the role, the content, each tool call, the end,
+    which carries the usage (what ``stream_options.include_usage`` asks for; the
+    llama-cpp server passes no stream options on, and a client that did not ask
+    ignores it), so a streamed reply adds up to the very completion."""
     choice = completion["choices"][0]
     message = choice["message"]
 
@@ -842,8 +845,11 @@ def completion_chunks(completion: Mapping[str, Any]) -> Iterator[dict[str, Any]]
         }
 
     yield chunk({"role": "assistant", "content": None})
-    if message.get("content"):
+    if message.get("content") is not None:
         yield chunk({"content": message["content"]})
     for index, call in enumerate(message.get("tool_calls") or ()):
         yield chunk({"tool_calls": [{"index": index, **call}]})
-    yield chunk({}, choice["finish_reason"])
+    end = chunk({}, choice["finish_reason"])
+    if completion.get("usage") is not None:
+        end["usage"] = completion["usage"]
+    yield end

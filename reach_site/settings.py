@@ -343,6 +343,9 @@ REACH_HEARTBEAT_S = env_float("REACH_HEARTBEAT_S", 10.0)
 REACH_READ_WINDOW_MS = env_float("REACH_READ_WINDOW_MS", 100.0)
 #: How often a run waiting on its model checks for a cancel and its time budget.
 REACH_CANCEL_POLL_MS = env_float("REACH_CANCEL_POLL_MS", 500.0)
+# A reply's streamed pieces leave in one push (and one Redis write) per window of
+# this many milliseconds (runs/streaming.py); a reply done within one costs none.
+REACH_STREAM_COALESCE_MS = env_float("REACH_STREAM_COALESCE_MS", 50.0)
 REACH_REAPER_INTERVAL_S = env_float("REACH_REAPER_INTERVAL_S", 15.0)
 REACH_QUEUED_GRACE_S = env_int("REACH_QUEUED_GRACE_S", 30)
 REACH_MAX_MESSAGE_CHARS = env_int("REACH_MAX_MESSAGE_CHARS", 8000)

@@ -28,6 +28,7 @@ from infra.push import task_group, user_group
 from runs.api.auth import token_group, token_user
 from runs.events import changes_since, wants_html, with_html
 from runs.selectors import visible_task_values
+from runs.streaming import fresh_delta, live_reply
 
 #: The close code of every refused socket: anonymous, foreign Origin, no
 #: permission, or nothing (any longer) to watch.
@@ -249,7 +250,27 @@ class TaskConsumer(ReachConsumer):
         await super().connect()
         if self.groups_joined:
             await self.send_changes()
+            await self.send_live_reply()
             self._resyncing = asyncio.ensure_future(self._resync())
+
+    async def send_live_reply(self) -> None:
+        """Connected mid-reply: the text so far, as one ``delta`` with ``reset``
+        (the pieces pushed from now on follow it)."""
+        if self.status_sent in FINAL_TASK_STATUSES:
+            return
+        event = await asyncio.to_thread(live_reply, self.task_id, after=self.cursor)
+        if event is not None:
+            async with self._sending:
+                if not self._refused:
+                    await self.send_json(event)
+
+    async def reach_delta(self, message: dict[str, Any]) -> None:
+        """A piece of the reply being written: sent on as it came, unless the
+        client already has the step that recorded the whole reply."""
+        event = message["delta"]
+        async with self._sending:
+            if not self._refused and fresh_delta(event, cursor=self.cursor):
+                await self.send_json(event)
 
     async def _resync(self) -> None:
         while not self._refused and self.status_sent not in FINAL_TASK_STATUSES:

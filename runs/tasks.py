@@ -42,6 +42,7 @@ from runs import ports
 from runs.journal import DjangoJournal
 from runs.leases import _heartbeat, task_claim
 from runs.models import Step, Task
+from runs.streaming import LiveReply
 
 log = logging.getLogger(__name__)
 
@@ -156,18 +157,26 @@ def build_engine(task: Task) -> Engine:
             # run whose endpoint is down, not as an internal error before its
             # first step.
             client = UnavailableModel(exc)
+    redactor = runtime.redactor()
     return Engine(
         model_client=client,
         toolbox=toolbox,
         executor=runtime.executor(),
         limits=run_limits(task, snapshot=snapshot),
-        redactor=runtime.redactor(),
+        redactor=redactor,
         model_pool=runtime.model_pool(),
         price=snapshot_price(snapshot.extra),
         routing=routing,
         read_window_s=settings.REACH_READ_WINDOW_MS / 1000,
         poll_interval_s=settings.REACH_CANCEL_POLL_MS / 1000,
         agent=snapshot,
+        # The reply pushed to the task's watchers while it is written.
+        reply_watcher=LiveReply(
+            task.pk,
+            window_s=settings.REACH_STREAM_COALESCE_MS / 1000,
+            rev=lambda: task.rev,
+            redactor=redactor,
+        ),
         # Made only when the run first hands off (or follows a handoff).
         handoffs=functools.partial(
             RegistryHandoffs,

@@ -3,7 +3,9 @@
 For programs, which hold a bearer token but no browser: the task websocket's
 ``step`` and ``task`` events (runs/events.py builds both, for both), one per SSE
 event named after its ``type``, its ``data`` the websocket's JSON, its ``id`` the
-rev it carries: a step event the step's rev, a task event the task's.
+rev it carries: a step event the step's rev, a task event the task's. The
+``delta`` events of a reply being written (runs/streaming.py) come as pushed,
+with no ``id`` and no read of the database.
 
 Ids never decrease. A client that reconnects with ``Last-Event-ID: R`` (or asks
 ``?after=R``) gets the latest state of every step changed after ``R``, and the
@@ -52,6 +54,7 @@ from runs.api.common import visible_task_or_404
 from runs.events import changes_since, wants_html
 from runs.models import ApiToken
 from runs.selectors import visible_task_values
+from runs.streaming import DELTA_MESSAGE, fresh_delta, live_reply
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +64,17 @@ KEEP_ALIVE = b": keep-alive\n\n"
 EVENT_STREAM = "text/event-stream"
 
 
-def sse_event(event: dict[str, Any], event_id: int) -> bytes:
+def sse_event(event: dict[str, Any], event_id: int | None) -> bytes:
     """One SSE event: ``id``, ``event`` (the websocket's ``type``) and ``data``.
 
     ``json.dumps`` escapes line breaks inside strings, so ``data`` is one line;
-    U+2028 and U+2029 may stay raw, as SSE splits lines on CR and LF only.
+    U+2028 and U+2029 may stay raw, as SSE splits lines on CR and LF only. A
+    ``delta`` has no id (None): it is not durable, so a reconnect's
+    ``Last-Event-ID`` stays the last change's rev.
     """
     data = json.dumps(event, ensure_ascii=False)
-    return f"id: {event_id}\nevent: {event['type']}\ndata: {data}\n\n".encode()
+    head = "" if event_id is None else f"id: {event_id}\n"
+    return f"{head}event: {event['type']}\ndata: {data}\n\n".encode()
 
 
 class Next(Enum):
@@ -161,6 +167,10 @@ async def task_event_stream(
     channel = await layer.new_channel()
     poked = asyncio.Event()
     ended = asyncio.Event()
+    # Pieces of the reply being written (runs/streaming.py): sent on with no
+    # read of the database; ``woken`` is set by them and by pokes alike.
+    deltas: list[dict[str, Any]] = []
+    woken = asyncio.Event()
 
     async def listen() -> None:
         # Receive beside the stream, never under a timeout: the Redis pub/sub
@@ -168,6 +178,10 @@ async def task_event_stream(
         try:
             while True:
                 message = await layer.receive(channel)
+                woken.set()
+                if message.get("type") == DELTA_MESSAGE:
+                    deltas.append(message["delta"])
+                    continue
                 if message.get("type") == SESSION_ENDED:
                     ended.set()
                 poked.set()
@@ -189,6 +203,7 @@ async def task_event_stream(
         may_watch = database_sync_to_async(watcher.may_still_watch)
         clock = asyncio.get_running_loop().time
         next_check = clock() + HEARTBEAT_S
+        first = True
         while True:
             poked.clear()
             events, following = await read()
@@ -200,8 +215,30 @@ async def task_event_stream(
                 return
             if following is Next.AGAIN:
                 continue
-            if not await _woken(poked, HEARTBEAT_S):
-                yield KEEP_ALIVE
+            if first:
+                # Connected mid-reply: the text so far, then the pieces.
+                first = False
+                so_far = await asyncio.to_thread(
+                    live_reply, task_id, after=cursor.cursor
+                )
+                if so_far is not None:
+                    yield sse_event(so_far, None)
+            while True:
+                woken.clear()
+                if deltas:
+                    fresh = [
+                        sse_event(d, None)
+                        for d in deltas
+                        if fresh_delta(d, cursor=cursor.cursor)
+                    ]
+                    deltas.clear()
+                    if fresh:
+                        yield b"".join(fresh)
+                if poked.is_set():
+                    break
+                if not await _woken(woken, HEARTBEAT_S):
+                    yield KEEP_ALIVE
+                    break
             if ended.is_set():
                 return
             # Busy streams too: a revocation whose push was lost, a lost
@@ -267,6 +304,9 @@ class TaskEvents(APIView):
             "`step` and `task` events, the task websocket's JSON as `data`, each "
             "with `id: <rev>`; ids never decrease. Reconnect with `Last-Event-ID` "
             "(or `?after=`) to get every change after that rev and nothing twice. "
+            "While the model writes a reply, `delta` events (no `id`, not stored): "
+            "the reply's text at an offset, the tool calls being written by name; "
+            "a stream that starts mid-reply gets the text so far first. "
             "The stream ends after the final task event; `: keep-alive` comments "
             "every 15 s while idle. 204 when resumed at or after the final event."
         ),

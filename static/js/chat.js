@@ -188,6 +188,33 @@ function scrollDown() {
   if (pane) pane.scrollTop = pane.scrollHeight;
 }
 
+// The reply being written (delta events): a provisional bubble, replaced by the
+// recorded step when it arrives. Text only, never HTML; a tool call shows its
+// name until the reply is complete, never its arguments.
+function showDelta(article, delta) {
+  let live = article.querySelector("[data-live-reply]");
+  if (!live) {
+    live = bubble("assistant", "", "live");
+    live.dataset.liveReply = "";
+    live.setAttribute("data-testid", "live-reply");
+    live.append(el("div", "muted small preparing"));
+    article.append(live);
+  }
+  live.dataset.rev = String(delta.rev);
+  const body = live.querySelector(".text");
+  const shown = delta.reset ? "" : body.textContent.slice(0, delta.offset);
+  body.textContent = shown + delta.text;
+  live.querySelector(".preparing").textContent = delta.tools
+    .map((name) => `preparing \`${name}\`…`)
+    .join(" ");
+  scrollDown();
+}
+
+function dropLiveReply(article, rev) {
+  const live = article.querySelector("[data-live-reply]");
+  if (live && (rev === undefined || rev > Number(live.dataset.rev))) live.remove();
+}
+
 function watch(article) {
   const taskId = article.dataset.task;
   if (!taskId || streams.has(taskId)) return;
@@ -195,11 +222,16 @@ function watch(article) {
   const stream = new TaskStream(taskId, {
     afterRev: Number(article.dataset.rev || 0),
     onStep: (message) => {
+      dropLiveReply(article, message.step.rev);
       upsertStep(list, message.html);
       article.dataset.rev = String(Math.max(Number(article.dataset.rev || 0), message.step.rev));
       scrollDown();
     },
-    onTask: (task) => updateTask(article, task),
+    onTask: (task) => {
+      if (isFinal(task.status)) dropLiveReply(article);
+      updateTask(article, task);
+    },
+    onDelta: (delta) => showDelta(article, delta),
     onClose: () => showError("Live updates stopped: your session ended. Reload the page."),
   });
   streams.set(taskId, stream);

@@ -54,11 +54,12 @@ export function upsertStep(list, html) {
 }
 
 export class TaskStream {
-  constructor(taskId, { afterRev = 0, onStep, onTask, onClose } = {}) {
+  constructor(taskId, { afterRev = 0, onStep, onTask, onClose, onDelta } = {}) {
     this.taskId = taskId;
     this.lastRev = afterRev;
     this.onStep = onStep;
     this.onTask = onTask;
+    this.onDelta = onDelta;
     this.onClose = onClose;
     this.closed = false;
     this.attempt = 0;
@@ -84,6 +85,10 @@ export class TaskStream {
       } else if (message.type === "task") {
         if (this.onTask) this.onTask(message.task);
         if (isFinal(message.task.status)) this.close();
+      } else if (message.type === "delta") {
+        // A piece of the reply being written; one older than a step we have
+        // belongs to a reply already recorded.
+        if (message.rev >= this.lastRev && this.onDelta) this.onDelta(message);
       }
     });
     socket.addEventListener("close", (event) => {

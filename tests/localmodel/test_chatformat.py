@@ -529,6 +529,18 @@ def test_stream_chunks_replay_the_completion() -> None:
     assert chunks[1]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
     assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+    # The usage rides on the last chunk, so a streamed reply adds up to it all.
+    assert chunks[-1]["usage"] == completion["usage"]
+
+
+def test_stream_chunks_of_an_empty_answer_carry_its_empty_content() -> None:
+    completion = build_chat_completion(
+        ParsedReply(""), model="m", prompt_tokens=1, completion_tokens=1
+    )
+    contents = [
+        c["choices"][0]["delta"].get("content") for c in completion_chunks(completion)
+    ]
+    assert contents[:2] == [None, ""]
 
 
 # ------------------------------------------------------- the built-in assistant

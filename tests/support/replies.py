@@ -27,10 +27,12 @@ __all__ = [
     "Script",
     "ScriptStep",
     "ToolCall",
+    "broken_stream",
     "calls_then_answers",
     "delay",
     "error",
     "hang",
+    "slow_stream",
     "text",
     "tool_call",
     "tool_calls",
@@ -69,6 +71,10 @@ class Reply:
     #: The ``usage`` object sent as it is (None: none at all, as some servers
     #: do); left at ``"counted"``: the counts the test model makes up.
     usage: Mapping[str, Any] | None | str = "counted"
+    #: Streamed (``stream=True``): a sleep before each chunk, and the chunk
+    #: count after which the connection drops mid-reply (None: it never does).
+    chunk_delay_s: float = 0.0
+    break_after: int | None = None
 
     @property
     def finish_reason(self) -> str:
@@ -193,6 +199,17 @@ def with_usage(reply: Reply, usage: Mapping[str, Any]) -> Reply:
 def delay(seconds: float, reply: AnyReply) -> AnyReply:
     """``reply``, answered after sleeping ``seconds`` more (other requests go on)."""
     return dataclasses.replace(reply, delay_s=reply.delay_s + seconds)
+
+
+def slow_stream(reply: Reply, per_chunk_s: float) -> Reply:
+    """``reply``, streamed with a sleep of ``per_chunk_s`` before each chunk."""
+    return dataclasses.replace(reply, chunk_delay_s=per_chunk_s)
+
+
+def broken_stream(reply: Reply, after_chunks: int) -> Reply:
+    """``reply``, its stream broken off (the connection dropped, the chunked
+    body unfinished) after ``after_chunks`` chunks."""
+    return dataclasses.replace(reply, break_after=after_chunks)
 
 
 def hang() -> Reply:

@@ -9,7 +9,10 @@ standard library (no Django). A *handler* decides each answer, in the replies of
         client = openai.OpenAI(base_url=model.base_url, api_key="test")
         ...
 
-Endpoints: ``POST /v1/chat/completions`` (non-streaming) and ``GET /v1/models``.
+Endpoints: ``POST /v1/chat/completions`` (answered whole, or streamed as
+``chat.completion.chunk`` events with ``stream=true``, the usage chunk last when
+``stream_options.include_usage`` asks; a reply may stream slowly or break off,
+``replies.slow_stream`` / ``replies.broken_stream``) and ``GET /v1/models``.
 Every response carries a unique ``x-request-id`` header. Requests are validated
 the way the real API does it (messages present, tool messages answering the
 tool calls of the assistant message right before them, every tool call
@@ -35,7 +38,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -201,10 +204,6 @@ def validate_chat_request(body: Any) -> ValidationFailure | None:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         return ValidationFailure("You must provide a model parameter.", "model")
-    if body.get("stream"):
-        return ValidationFailure(
-            "The scripted model does not support stream=true.", "stream"
-        )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return ValidationFailure(
@@ -647,6 +646,71 @@ def usage_for(request: Mapping[str, Any], reply: Reply) -> dict[str, int]:
     }
 
 
+def stream_chunks(
+    completion: Mapping[str, Any], piece_chars: int
+) -> Iterator[dict[str, Any]]:
+    """A ``chat.completion`` as the ``chat.completion.chunk`` dicts OpenAI
+    streams: the role, the content in pieces of ``piece_chars`` characters, each
+    tool call (its id and name, then its arguments in pieces), the finish, then
+    the usage in a chunk with no choices."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(
+        delta: dict[str, Any] | None, finish: str | None = None
+    ) -> dict[str, Any]:
+        choices = (
+            []
+            if delta is None
+            else [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            ]
+        )
+        return {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": completion["model"],
+            "system_fingerprint": completion.get("system_fingerprint"),
+            "choices": choices,
+        }
+
+    def pieces(text: str) -> list[str]:
+        return [text[i : i + piece_chars] for i in range(0, len(text), piece_chars)]
+
+    content = message.get("content")
+    yield chunk({"role": "assistant", "content": None if content is None else ""})
+    for piece in pieces(content or ""):
+        yield chunk({"content": piece})
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        function = call["function"]
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": function["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+        for piece in pieces(function["arguments"]):
+            yield chunk(
+                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            )
+    yield chunk({}, choice["finish_reason"])
+    if completion.get("usage") is not None:
+        yield {**chunk(None), "usage": completion["usage"]}
+
+
+def _write_chunk(http: _RequestHandler, text: str) -> None:
+    data = text.encode("utf-8")
+    http.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    http.wfile.flush()
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -785,8 +849,14 @@ class ScriptedModel(Started):
         port: int = 0,
         latency_s: float = 0.0,
         verbose: bool = False,
+        stream_delay_s: float = 0.0,
+        stream_chunk_chars: int = 16,
     ) -> None:
         self.handler: Handler = handler if handler is not None else EchoScript()
+        #: Streamed answers: the sleep before each chunk (a reply's own
+        #: ``chunk_delay_s`` wins) and the characters of content per chunk.
+        self.stream_delay_s = stream_delay_s
+        self.stream_chunk_chars = stream_chunk_chars
         self.host = host
         self.port = port
         self.latency_s = latency_s
@@ -799,6 +869,8 @@ class ScriptedModel(Started):
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
+        #: Connections clients opened so far (kept-alive ones count once).
+        self.connections_opened = 0
 
     # lifecycle ----------------------------------------------------------------
 
@@ -855,6 +927,7 @@ class ScriptedModel(Started):
     def _track(self, connection: socket.socket, *, add: bool) -> None:
         with self._lock:
             if add:
+                self.connections_opened += 1
                 self._connections.add(connection)
             else:
                 self._connections.discard(connection)
@@ -896,7 +969,49 @@ class ScriptedModel(Started):
         if isinstance(reply, ErrorReply):
             http._send_error(reply)
             return
-        http._send_json(200, self._completion(body, reply))
+        completion = self._completion(body, reply)
+        if body.get("stream"):
+            self._stream(http, body, reply, completion)
+            return
+        http._send_json(200, completion)
+
+    def _stream(
+        self,
+        http: _RequestHandler,
+        request: Mapping[str, Any],
+        reply: Reply,
+        completion: dict[str, Any],
+    ) -> None:
+        """``completion`` as Server-Sent Events in a chunked body, each chunk
+        after ``reply.chunk_delay_s`` (or the server's ``stream_delay_s``)."""
+        http.send_response(200)
+        http.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        http.send_header("Transfer-Encoding", "chunked")
+        http.send_header("x-request-id", self._new_request_id())
+        http.end_headers()
+        delay = reply.chunk_delay_s or self.stream_delay_s
+        options = request.get("stream_options") or {}
+        events = list(stream_chunks(completion, self.stream_chunk_chars))
+        if not (isinstance(options, Mapping) and options.get("include_usage")):
+            events = [e for e in events if e["choices"]]
+        try:
+            for number, event in enumerate(events):
+                if reply.break_after is not None and number >= reply.break_after:
+                    # Dropped mid-reply: the chunked body never ends.
+                    http.wfile.flush()
+                    with contextlib.suppress(OSError):
+                        http.connection.shutdown(socket.SHUT_RDWR)
+                    http.close_connection = True
+                    return
+                if not self._sleep(delay):
+                    http.close_connection = True
+                    return
+                _write_chunk(http, f"data: {json.dumps(event, ensure_ascii=False)}\n\n")
+            _write_chunk(http, "data: [DONE]\n\n")
+            http.wfile.write(b"0\r\n\r\n")
+            http.wfile.flush()
+        except OSError:  # the client closed the stream (a cut)
+            http.close_connection = True
 
     def _reject(self, http: _RequestHandler, failure: ValidationFailure) -> None:
         with self._lock:

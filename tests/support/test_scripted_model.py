@@ -341,10 +341,47 @@ def test_a_complete_tool_round_is_accepted(serve: Callable[..., Any]) -> None:
     assert ask(client, messages).choices[0].message.content == "ok"
 
 
-def test_streaming_is_rejected(serve: Callable[..., Any]) -> None:
-    _, client = serve()
-    with pytest.raises(openai.BadRequestError, match="stream"):
-        ask(client, user("q"), stream=True)
+def test_a_stream_carries_the_same_reply_in_pieces(
+    serve: Callable[..., Any],
+) -> None:
+    reply = tool_call("search_notes", {"keyword": "Redis 缓存方案"})
+    _, client = serve(
+        Script([text("一二三四五六七八九十" * 4), reply]), stream_chunk_chars=8
+    )
+    chunks = list(
+        ask(client, user("q"), stream=True, stream_options={"include_usage": True})
+    )
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices]
+    assert pieces[0] == "" and len(pieces) > 5
+    assert "".join(p or "" for p in pieces) == "一二三四五六七八九十" * 4
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
+
+    chunks = list(ask(client, user("q"), stream=True, tools=TOOLS))
+    calls = [
+        call
+        for c in chunks
+        if c.choices
+        for call in c.choices[0].delta.tool_calls or ()
+    ]
+    assert calls[0].function.name == "search_notes" and calls[0].id
+    arguments = "".join(call.function.arguments or "" for call in calls)
+    assert json.loads(arguments) == {"keyword": "Redis 缓存方案"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert all(c.usage is None for c in chunks)  # not asked for
+
+
+def test_a_broken_stream_drops_the_connection_mid_reply(
+    serve: Callable[..., Any],
+) -> None:
+    from tests.support.replies import broken_stream
+
+    _, client = serve(Script([broken_stream(text("a long answer " * 5), 3)]))
+    seen: list[str] = []
+    with pytest.raises(openai.APIConnectionError):
+        for chunk in ask(client, user("q"), stream=True):
+            seen.append(chunk.choices[0].delta.content or "")
+    assert "".join(seen) == "a long answer a long answer a lo"[:32]
 
 
 def test_missing_bearer_token_is_401(serve: Callable[..., Any]) -> None:
