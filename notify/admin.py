@@ -29,6 +29,7 @@ class NotifyTargetForm(forms.ModelForm):
             "kind",
             "enabled",
             "for_all",
+            "routes",
             "events",
             "slack_channel",
             "url",

@@ -88,6 +88,7 @@ urlpatterns = [
     path("oidc/", include("sso.urls")),
     path("approvals/", approvals_views.queue, name="approvals"),
     path("approvals/history/", approvals_views.history, name="approvals-history"),
+    path("approvals/away/", approvals_views.away, name="approvals-away"),
     path("console/", include("console.urls")),
     path("schedules/", include("automations.urls")),
     path("evals/", evals_views.eval_list, name="evals"),
