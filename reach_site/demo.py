@@ -190,7 +190,7 @@ def seed_demo() -> list[str]:
         )
     )
     # The demo routes' deciders (DEMO_ROUTES).
-    finance, _ = Group.objects.get_or_create(name="finance")
+    payments, _ = Group.objects.get_or_create(name="payments")
     release, _ = Group.objects.get_or_create(name="release")
     users = get_user_model().objects
     password = demo_password()
@@ -205,7 +205,7 @@ def seed_demo() -> list[str]:
         ("bob", {}, []),
         # Approvers by route only (DEMO_ROUTES): no approver permission, so
         # they see and decide nothing else.
-        ("fiona", {}, [finance]),
+        ("fiona", {}, [payments]),
         ("devon", {}, [release]),
     ]
     for username, flags, groups in cast:
@@ -272,10 +272,10 @@ DEMO_ROUTES = [
         "refunds",
         "send_email",
         'contains(subject, "refund")',
-        "finance",
+        "payments",
         "approvers",
         30,
-        "Mail about a refund: finance decides; unanswered for 30 minutes, the "
+        "Mail about a refund: payments decides; unanswered for 30 minutes, the "
         "approvers are added.",
     ),
     (

@@ -11,7 +11,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('approvals', '0004_approvalrequest_decision'),
         ('auth', '0012_alter_user_first_name_max_length'),
-        ('registry', '0006_agent_handoffs'),
+        ('registry', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,5 +1,5 @@
 """Approver routing (approvals.routing): the demo's two routes, refunds (a mail
-about a refund: finance) and deploys (a ticket about a deploy: release), decide
+about a refund: payments) and deploys (a ticket about a deploy: release), decide
 who sees, is told and decides; escalation, out of office and delegation; no
 route, no change."""
 
@@ -104,11 +104,11 @@ def test_the_route_is_chosen_at_creation_and_recorded_with_its_reason(
 
 
 def test_the_most_specific_route_wins_then_priority(demo):
-    finance = Group.objects.get(name="finance")
+    payments = Group.objects.get(name="payments")
 
     def route(name: str, **fields: Any) -> ApprovalRoute:
         made = ApprovalRoute.objects.create(name=name, **fields)
-        made.approver_groups.add(finance)
+        made.approver_groups.add(payments)
         return made
 
     ApprovalRoute.objects.all().delete()
@@ -492,9 +492,9 @@ def test_a_routes_number_of_approvals_applies(alice, demo, model, api_client_for
     route = ApprovalRoute.objects.get(name="refunds")
     route.approvals_required = 2
     route.save()
-    finance = Group.objects.get(name="finance")
+    payments = Group.objects.get(name="payments")
     frank = user_in("auditors", "frank")
-    frank.groups.add(finance)
+    frank.groups.add(payments)
     refund = refund_request(alice, demo.agent, model)
     assert refund.approvals_required == 2
     first = post_decision(api_client_for(_user("fiona")), refund, decision="approve")
@@ -506,14 +506,14 @@ def test_a_routes_number_of_approvals_applies(alice, demo, model, api_client_for
 
 def test_the_admin_saves_a_route_audited_and_refuses_a_broken_condition(demo):
     admin = logged_in(demo.admin)
-    finance = Group.objects.get(name="finance")
+    payments = Group.objects.get(name="payments")
     form = {
         "name": "big refunds",
         "enabled": "on",
         "priority": "0",
         "tool": "send_email",
         "condition": "amount >",
-        "approver_groups": [str(finance.pk)],
+        "approver_groups": [str(payments.pk)],
         "approvals_required": "2",
     }
     response = admin.post("/admin/approvals/approvalroute/add/", form)
@@ -527,7 +527,7 @@ def test_the_admin_saves_a_route_audited_and_refuses_a_broken_condition(demo):
     route = ApprovalRoute.objects.get(name="big refunds")
     changed = AuditEvent.objects.get(kind=AuditKind.APPROVAL_ROUTE_CHANGED)
     assert changed.object_id == str(route.pk)
-    assert changed.data["approver_groups"] == ["finance"]
+    assert changed.data["approver_groups"] == ["payments"]
     assert changed.data["condition"] == "amount > 1000"
     assert changed.actor == "admin"
 
