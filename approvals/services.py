@@ -23,7 +23,7 @@ from approvals.models import (
     ApprovalVote,
     ApproverAway,
 )
-from approvals.selectors import approvers_for
+from approvals.selectors import SHOWN_TO_PEOPLE, approvers_for
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_hash
@@ -603,6 +603,8 @@ def approver_away_set(
     if problem:
         raise AwayError(problem)
     with transaction.atomic():
+        # What they approved before: the delegate hears of what already waits.
+        theirs = routing.reach(user).named_filter()
         away = ApproverAway.objects.create(
             user=user,
             starts_at=starts_at,
@@ -622,7 +624,22 @@ def approver_away_set(
                 "delegate": delegate.get_username() if delegate else None,
             },
         )
+        if delegate is not None and starts_at <= timezone.now():
+            _tell_delegate(theirs)
     return away
+
+
+def _tell_delegate(theirs: Any) -> None:
+    """Show the requests already waiting for an approver who is away now to
+    their delegate: the live queue's card, and a notice (the mail's key keeps
+    it to one per person and request)."""
+    waiting = ApprovalRequest.objects.filter(
+        theirs, SHOWN_TO_PEOPLE, status=ApprovalRequest.Status.PENDING
+    ).select_related("requested_by")
+    for approval in waiting:
+        approval_events.approval_changed_on_commit(approval.pk)
+        if settings.REACH_APPROVAL_EMAILS:
+            _email_approvers(approval)
 
 
 def approver_away_end(*, away: ApproverAway, by: Any = None) -> ApproverAway:

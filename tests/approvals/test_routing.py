@@ -536,3 +536,19 @@ def test_the_demo_route_users_sign_in_with_the_cast_password(demo):
     client = logged_in(_user("fiona"))
     assert client.get("/approvals/").status_code == 200
     assert _user("fiona").check_password(PASSWORD)
+
+
+def test_a_delegate_hears_of_what_already_waits_when_the_approver_leaves(
+    alice, demo, model, settings
+):
+    settings.REACH_APPROVAL_EMAILS = True
+    carol = user_in("auditors", "carol", email="carol@example.com")
+    refund = refund_request(alice, demo.agent, model)
+    report_request(alice, demo.agent, model)  # not fiona's: carol is not told
+    Outbox.objects.all().delete()
+
+    away_for_a_day("fiona", delegate="carol")
+
+    assert [o.to for o in Outbox.objects.all()] == ["carol@example.com"]
+    assert str(refund.pk) in Outbox.objects.get().idempotency_key
+    assert may_decide(carol, refund)
