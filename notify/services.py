@@ -42,7 +42,9 @@ def on_approval_changed(sender: Any, approval_id: Any, **_: Any) -> None:
     if not NotifyTarget.objects.filter(enabled=True).exists():
         return
     approval = (
-        ApprovalRequest.objects.select_related("task", "requested_by", "decided_by")
+        ApprovalRequest.objects.select_related(
+            "task", "requested_by", "decided_by", "route"
+        )
         .filter(pk=approval_id)
         .first()
     )

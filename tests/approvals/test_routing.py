@@ -21,6 +21,7 @@ from approvals.services import approval_decide, approvals_escalate
 from audit.models import AuditEvent, AuditKind
 from effects.models import Outbox
 from notify.models import Delivery, NotifyTarget
+from notify.payloads import event_payload
 from tests.support.cast import EMAIL, PASSWORD
 from tests.support.clients import logged_in, post_decision
 from tests.support.replies import Script, text, tool_call
@@ -340,6 +341,10 @@ def test_a_routes_notify_targets_hear_of_its_requests_only(alice, demo, model):
     assert told(refund) == {"all", "finance"}
     assert told(report) == {"all"}
     assert everyone.deliveries.count() == 2
+    # A webhook's body names the route and the route's approvers.
+    sent = event_payload(refund)["approval"]
+    assert (sent["route"], sent["approvers"]) == ("refunds", ["fiona"])
+    assert event_payload(report)["approval"]["route"] is None
 
 
 # -- escalation ---------------------------------------------------------------------
