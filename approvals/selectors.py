@@ -61,9 +61,12 @@ def approvals_shown() -> QuerySet[ApprovalRequest]:
     return _loaded(ApprovalRequest.objects.filter(SHOWN_TO_PEOPLE))
 
 
-def tools_shown() -> list[str]:
-    """The tools of the requests people see, by name (the queue's tool filter)."""
+def tools_shown(reach: routing.Reach | None = None) -> list[str]:
+    """The tools of the requests people see, by name (the queue's tool filter);
+    with ``reach``, of those that reader sees."""
     shown = ApprovalRequest.objects.filter(SHOWN_TO_PEOPLE)
+    if reach is not None:
+        shown = shown.filter(reach.shown())
     return sorted(set(shown.values_list("tool", flat=True)))
 
 

@@ -89,10 +89,12 @@ def _filtered(
     return approvals
 
 
-def _presenter(request: HttpRequest, **extra: Any) -> QueuePresenter:
+def _presenter(
+    request: HttpRequest, reach: routing.Reach, **extra: Any
+) -> QueuePresenter:
     return QueuePresenter(
         filters={k: request.GET.get(k, "") for k in FILTERS},
-        tools=tools_shown(),
+        tools=tools_shown(reach),
         agents=list(Agent.objects.order_by("name").values_list("name", flat=True)),
         show_trace=can_audit(request.user),
         **extra,
@@ -126,6 +128,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     ).order_by("-decided_at", "-requested_at")[:RECENT_DECISIONS]
     page = _presenter(
         request,
+        reach,
         pending=pending,
         recent=list(recent),
         decide_refusal=second_factor,
@@ -148,6 +151,7 @@ def history(request: HttpRequest) -> HttpResponse:
     query.pop("page", None)
     page = _presenter(
         request,
+        reach,
         page=Paginator(decided, HISTORY_PAGE_SIZE).get_page(request.GET.get("page")),
         statuses=tuple(
             s

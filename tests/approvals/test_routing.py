@@ -257,6 +257,9 @@ def test_the_queue_page_shows_a_request_to_its_approvers_with_its_route(
     page = logged_in(_user("devon")).get("/approvals/").content.decode()
     assert f'id="approval-{deploy.pk}"' in page
     assert f'id="approval-{refund.pk}"' not in page
+    # Not even the tool filter names what is routed to others.
+    assert "<option>create_ticket</option>" in page
+    assert "<option>send_email</option>" not in page
 
     # The operator audits: reads both, decides neither (routed to others).
     page = logged_in(demo.operator).get("/approvals/").content.decode()
