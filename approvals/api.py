@@ -12,8 +12,13 @@ from rest_framework.views import APIView
 
 from approvals.models import ApprovalDecision, ApprovalRequest
 from approvals.payloads import approval_payload
-from approvals.selectors import approval_shown, approvals_shown
-from approvals.services import approval_decide, can_decide
+from approvals.selectors import (
+    approval_shown,
+    approvals_for,
+    approvals_shown,
+    approves_anything,
+)
+from approvals.services import approval_decide
 from audit.permissions import can_audit
 from infra.api.common import paginate, redacted
 from infra.api.schema import ErrorSchema
@@ -43,6 +48,14 @@ class ApprovalSchema(serializers.Serializer):
         help_text="What was decided (status alone cannot tell mark_done from "
         "retry); null until decided",
     )
+    route = serializers.CharField(
+        allow_null=True,
+        help_text="The route that chose its approvers; null: none matched",
+    )
+    route_reason = serializers.CharField(help_text="Why that route; '' for none")
+    escalated_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the route's escalation approvers were added"
+    )
 
 
 class DecisionSchema(serializers.Serializer):
@@ -59,9 +72,10 @@ class ApprovalList(APIView):
     @extend_schema(responses=ApprovalSchema(many=True))
     def get(self, request: Request) -> Response:
         user = request.user
-        if not (can_decide(user) or can_audit(user)):
+        if not (approves_anything(user) or can_audit(user)):
             raise PermissionDenied("Only approvers and auditors see approvals.")
-        approvals = approvals_shown().order_by("requested_at")
+        # An approver lists the requests they approve; an auditor every one.
+        approvals = approvals_for(user).order_by("requested_at")
         wanted = request.query_params.get("status")
         if wanted:
             approvals = approvals.filter(status=wanted)
@@ -81,7 +95,7 @@ class ApprovalDecisionView(APIView):
     )
     def post(self, request: Request, approval_id: str) -> Response:
         user = request.user
-        if not can_decide(user):
+        if not approves_anything(user):
             raise PermissionDenied("Only approvers decide approvals.")
         approval = approval_shown(approval_id)
         if approval is None:

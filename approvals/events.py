@@ -9,7 +9,7 @@ from django.dispatch import Signal
 from django.template.loader import render_to_string
 
 from approvals.payloads import approval_payload
-from approvals.selectors import approval_shown
+from approvals.selectors import approval_shown, card_refusal
 from infra.push import APPROVALS_GROUP, push
 from infra.runtime import redactor
 
@@ -30,14 +30,20 @@ def approval_changed_on_commit(approval_id: Any) -> None:
 
 
 def load_approval_event(
-    approval_id: Any, *, decide_refusal: Any = None
+    approval_id: Any, *, decide_refusal: Any = None, reach: Any = None
 ) -> dict[str, Any] | None:
     """The approval event, with its rendered card (the consumer's side); a
     listener who may not decide (``decide_refusal``) gets its buttons disabled,
-    with the reason."""
+    with the reason. With ``reach`` (``approvals.routing.Reach``, the
+    listener's): None for a request they do not see, and the buttons disabled
+    on one they read but may not decide."""
     approval = approval_shown(approval_id)
     if approval is None:
         return None
+    if reach is not None:
+        if not reach.sees(approval):
+            return None
+        decide_refusal = card_refusal(reach, approval, decide_refusal)
     return {
         "type": "approval",
         "approval": redactor().data(approval_payload(approval)),

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from engine.spec import DECIDED_AS, HumanDecision
+from engine.spec import DECIDED_AS, HumanDecision, Risk
 from infra.model_fields import optional_user, uuid_id
 
 
@@ -71,6 +71,18 @@ class ApprovalRequest(models.Model):
         max_length=10, choices=ApprovalDecision.choices, blank=True
     )
     diff = models.JSONField(null=True, blank=True)
+    # The route chosen once, at creation (approvals.routing): who may decide it.
+    # Null: no route matched, and every approver may (as before routes).
+    route = models.ForeignKey(
+        "approvals.ApprovalRoute",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="requests",
+    )
+    route_reason = models.CharField(max_length=500, blank=True)
+    # When the route's escalation approvers were added (the beat's escalate).
+    escalated_at = models.DateTimeField(null=True, blank=True)
     # Bumped by every vote; a decision is a compare-and-swap on it.
     version = models.PositiveIntegerField(default=0)
 
@@ -136,3 +148,104 @@ class ApprovalLinkUse(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} used a {self.decision} link of {self.approval_id}"
+
+
+class ApprovalRoute(models.Model):
+    """Who may decide which requests: a rule an operator edits in the admin.
+
+    A request matches when every criterion the route sets matches (blank: any);
+    of the matching routes the most specific wins (``approvals.routing``). The
+    named groups and users decide what it routes; nobody else does, not even
+    holders of the approver permission (auditors still read it).
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    enabled = models.BooleanField(default=True)
+    description = models.TextField(blank=True)
+    priority = models.IntegerField(
+        default=0,
+        help_text="Breaks ties between equally specific routes: higher wins.",
+    )
+    tool = models.CharField(
+        max_length=64, blank=True, help_text="Tool name; blank: any tool."
+    )
+    tool_version = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Only this version of the tool (needs a tool); blank: any.",
+    )
+    agent = models.ForeignKey(
+        "registry.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="approval_routes",
+        help_text="Only requests of this agent's runs; blank: any agent.",
+    )
+    risk = models.CharField(
+        max_length=20,
+        blank=True,
+        choices=[(r.value, r.value) for r in Risk],
+        help_text="Only tools of this risk tier; blank: any.",
+    )
+    condition = models.CharField(
+        max_length=2000,
+        blank=True,
+        help_text="A rule on the call's arguments, in the approval-rule language "
+        '(amount > 1000, contains(title, "refund")); blank: any arguments.',
+    )
+    approver_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="approval_routes"
+    )
+    approver_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="approval_routes"
+    )
+    approvals_required = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="Distinct approvals a request of this route needs (the "
+        "two-person rule is 2); replaces the tool's own number.",
+    )
+    escalate_after_minutes = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Unanswered this long, the escalation approvers are added "
+        "and told; blank: never.",
+    )
+    escalation_groups = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="escalation_routes"
+    )
+    escalation_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="escalation_routes"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-priority", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApproverAway(models.Model):
+    """An approver out of office from ``starts_at`` until ``ends_at``: not
+    asked, not told, and not deciding meanwhile; their ``delegate``, when set,
+    decides and is told in their place."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="away"
+    )
+    starts_at = models.DateTimeField(default=timezone.now)
+    ends_at = models.DateTimeField()
+    delegate = optional_user(related_name="delegated_away")
+    note = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-starts_at"]
+        verbose_name = "approver away"
+        verbose_name_plural = "approvers away"
+        indexes = [models.Index(fields=["ends_at", "starts_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.user} away until {self.ends_at:%Y-%m-%d %H:%M}"

@@ -45,4 +45,9 @@ def approval_payload(approval: ApprovalRequest) -> dict[str, Any]:
         "agent": approval.task.agent.name,
         "conversation": str(approval.task.conversation_id),
         "diff": approval.diff,
+        # Routing (approvals.routing): the route chosen at creation and why;
+        # null and "" when none matched (every approver decides it).
+        "route": approval.route.name if approval.route else None,
+        "route_reason": approval.route_reason,
+        "escalated_at": iso(approval.escalated_at),
     }

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
+from django.urls import reverse
 
+from accounts.policy import Refusal
+from approvals import routing
 from approvals.models import ApprovalRequest
 
 #: The requests people see: an evaluation's are decided by its simulated
@@ -16,34 +18,39 @@ SHOWN_TO_PEOPLE = Q(task__eval_case__isnull=True)
 
 
 def may_decide(user: Any, request: ApprovalRequest) -> bool:
-    """Whether ``user`` may decide ``request``: an approver
-    (``approvals.decide_approval``, ``approvals.services.DECIDE_PERMISSION``) who
-    is not the requester. What a channel outside the queue (Slack) asks before
-    it calls ``approval_decide``, which enforces the same rule.
+    """Whether ``user`` may decide ``request`` now: one of its approvers
+    (:func:`approvers_for`: its route's people, or without a route the holders
+    of ``approvals.decide_approval``; not while away, a delegate in their
+    place) who is not the requester. What a channel outside the queue (Slack)
+    asks before it calls ``approval_decide``, which enforces the same rule.
     """
-    return bool(
-        user.is_authenticated
-        and user.is_active
-        and user.has_perm("approvals.decide_approval")
-        and user.pk != request.requested_by_id
-    )
+    return routing.reach(user).decides(request)
 
 
 def approvers_for(request: ApprovalRequest) -> QuerySet[Any]:
-    """The people who may decide ``request``, by id: active approvers (and
-    superusers) other than its requester (the rule of :func:`may_decide`)."""
-    return (
-        get_user_model()
-        .objects.with_perm(
-            "approvals.decide_approval",
-            is_active=True,
-            include_superusers=True,
-            # The backend that holds permissions (axes' only checks lockouts).
-            backend="django.contrib.auth.backends.ModelBackend",
-        )
-        .exclude(pk=request.requested_by_id)
-        .order_by("pk")
-    )
+    """The people who may decide ``request`` now, by id (the rule of
+    :func:`may_decide`; ``approvals.routing``): whom the mail, Slack and
+    webhooks tell."""
+    return routing.approvers(request)
+
+
+def approves_anything(user: Any) -> bool:
+    """Whether ``user`` is an approver of anything: holds the permission, is
+    named by a route (or its escalation), or decides for someone away. Who
+    opens the queue, lists the API and listens on its socket."""
+    if not (user.is_authenticated and user.is_active):
+        return False
+    return user.has_perm(routing.DECIDE_PERMISSION) or routing.names_anywhere(user)
+
+
+def approvals_for(
+    user: Any, reach: routing.Reach | None = None
+) -> QuerySet[ApprovalRequest]:
+    """:func:`approvals_shown` narrowed to what ``user`` sees: the requests
+    they approve (their routes', their delegators', without a route when they
+    hold the permission); an auditor sees every one."""
+    reach = reach or routing.reach(user)
+    return approvals_shown().filter(reach.shown())
 
 
 def approvals_shown() -> QuerySet[ApprovalRequest]:
@@ -54,9 +61,12 @@ def approvals_shown() -> QuerySet[ApprovalRequest]:
     return _loaded(ApprovalRequest.objects.filter(SHOWN_TO_PEOPLE))
 
 
-def tools_shown() -> list[str]:
-    """The tools of the requests people see, by name (the queue's tool filter)."""
+def tools_shown(reach: routing.Reach | None = None) -> list[str]:
+    """The tools of the requests people see, by name (the queue's tool filter);
+    with ``reach``, of those that reader sees."""
     shown = ApprovalRequest.objects.filter(SHOWN_TO_PEOPLE)
+    if reach is not None:
+        shown = shown.filter(reach.shown())
     return sorted(set(shown.values_list("tool", flat=True)))
 
 
@@ -71,10 +81,26 @@ def task_approvals(task: Any) -> QuerySet[ApprovalRequest]:
 
 def _loaded(requests: QuerySet[ApprovalRequest]) -> QuerySet[ApprovalRequest]:
     return requests.select_related(
-        "task__agent", "requested_by", "decided_by", "step"
+        "task__agent", "requested_by", "decided_by", "step", "route"
     ).prefetch_related("votes__user")
 
 
 def approval_shown(approval_id: Any) -> ApprovalRequest | None:
     """One request as :func:`approvals_shown` loads it; None when unknown."""
     return approvals_shown().filter(pk=approval_id).first()
+
+
+def card_refusal(
+    reach: routing.Reach, approval: ApprovalRequest, second_factor: Refusal | None
+) -> Refusal | None:
+    """Why a card's buttons are off for this reader: the second factor first
+    (it applies to every card), then the request's own rule (their own task's,
+    routed to others, away); None when they may decide it."""
+    if second_factor is not None:
+        return second_factor
+    message = reach.refusal(approval)
+    if not message:
+        return None
+    if reach.away:
+        return Refusal(message, reverse("approvals-away"), "I am back")
+    return Refusal(message, "", "")

@@ -16,14 +16,16 @@ from django.utils import timezone
 
 from accounts import policy as sign_in
 from approvals import events as approval_events
-from approvals import links
+from approvals import links, routing
 from approvals.models import (
     ApprovalDecision,
     ApprovalLinkUse,
     ApprovalRequest,
+    ApprovalRoute,
     ApprovalVote,
+    ApproverAway,
 )
-from approvals.selectors import approvers_for
+from approvals.selectors import SHOWN_TO_PEOPLE, approvers_for
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_hash
@@ -33,6 +35,7 @@ from engine.planning import (
     render_preview,
     validate_arguments,
 )
+from engine.safe_eval import EvaluationError, validate_rule
 from engine.spec import (
     AgentSnapshot,
     ApprovalRecord,
@@ -93,12 +96,19 @@ def approval_create(
     ttl = int(info.ttl_s or spec_def.get("approval_ttl_s") or 3600)
     now = timezone.now()
     arguments = step.arguments or {}
+    risk = info.risk or spec_def.get("risk", Risk.WRITE)
+    approvals_required = int(
+        info.approvals_required or spec_def.get("approvals_required") or 1
+    )
+    chosen = _route(task, step, spec_def, risk, arguments)
+    if chosen is not None:
+        approvals_required = chosen.route.approvals_required
     approval = ApprovalRequest.objects.create(
         kind=ApprovalRequest.Kind.RECOVERY if recovery else ApprovalRequest.Kind.ACTION,
         task=task,
         step=step,
         tool=step.tool or "",
-        risk=info.risk or spec_def.get("risk", Risk.WRITE),
+        risk=risk,
         arguments=arguments,
         arguments_hash=canonical_hash(arguments),
         preview=(info.preview or _preview(spec_def, arguments) or f"{step.tool}(…)")[
@@ -110,24 +120,43 @@ def approval_create(
             else list(info.reasons or ["the policy asks a human"])
         ),
         tainted_by=list(info.tainted_by),
-        approvals_required=int(
-            info.approvals_required or spec_def.get("approvals_required") or 1
-        ),
+        approvals_required=approvals_required,
+        route=chosen.route if chosen else None,
+        route_reason=chosen.reason if chosen else "",
         requested_by_id=task.owner_id,
         requested_at=now,
         expires_at=now + timedelta(seconds=ttl),
     )
-    _audit(
-        AuditKind.APPROVAL_REQUESTED,
-        approval,
-        actor=task.owner,
-        data={"tool": approval.tool, "step": step.seq, "kind": approval.kind},
-    )
+    data = {"tool": approval.tool, "step": step.seq, "kind": approval.kind}
+    if chosen is not None:
+        data["route"] = chosen.route.name
+    _audit(AuditKind.APPROVAL_REQUESTED, approval, actor=task.owner, data=data)
     approval_events.approval_changed_on_commit(approval.pk)
     if settings.REACH_APPROVAL_EMAILS and task.eval_case is None:
         # An evaluation's simulated approver decides: nobody is mailed.
         _email_approvers(approval)
     return approval
+
+
+def _route(
+    task: Task,
+    step: Step,
+    definition: dict[str, Any],
+    risk: str,
+    arguments: dict[str, Any],
+) -> routing.Chosen | None:
+    """The route ``step``'s request takes (``approvals.routing``); none for an
+    evaluation's, which its simulated approver decides."""
+    if task.eval_case is not None:
+        return None
+    version = step.tool_version or definition.get("version")
+    return routing.route_for(
+        tool=step.tool or "",
+        tool_version=int(version) if version is not None else None,
+        agent_id=task.agent_id,
+        risk=str(risk),
+        arguments=arguments,
+    )
 
 
 def _tool_definition(task: Task, name: str) -> dict[str, Any]:
@@ -238,7 +267,8 @@ def approval_decide(
     beside the status it leads to. Raises :class:`DecisionError` (forbidden,
     invalid, or a conflict when the request was decided or expired meanwhile).
     """
-    if not can_decide(user):
+    reach = routing.reach(user)
+    if not reach.any:
         raise DecisionError(
             "You do not have permission to decide approvals.", ErrorKind.FORBIDDEN
         )
@@ -277,6 +307,9 @@ def approval_decide(
         # Lock order: the task row first (see the module docstring).
         task = Task.objects.select_for_update().get(pk=approval.task_id)
         current = ApprovalRequest.objects.get(pk=approval.pk)
+        if not reach.decides(current):
+            # approvals.selectors.may_decide: its route's people, not away.
+            raise DecisionError(reach.refusal(current), ErrorKind.FORBIDDEN)
         now = timezone.now()
         if current.status != ApprovalRequest.Status.PENDING:
             raise DecisionError(
@@ -520,3 +553,199 @@ def approvals_cancel_for_task(*, task: Task, by: Any = None) -> None:
         )
         approval_events.approval_changed_on_commit(approval.pk)
         _audit(AuditKind.APPROVAL_CANCELLED, approval, actor=by or "system")
+
+
+# -- routing: escalation, out of office, routes ------------------------------------
+
+
+def approvals_escalate(*, now: Any = None) -> int:
+    """Escalate the pending requests whose route's time is up (the beat's
+    ``approvals.escalate``): add the route's escalation approvers, once, tell
+    them (mail, the live queue) and record it. Returns how many."""
+    now = now or timezone.now()
+    due = [
+        approval
+        for approval in ApprovalRequest.objects.filter(
+            status=ApprovalRequest.Status.PENDING,
+            escalated_at__isnull=True,
+            route__escalate_after_minutes__isnull=False,
+        ).select_related("route", "requested_by", "task")
+        if approval.route is not None
+        and approval.route.escalate_after_minutes is not None
+        and approval.requested_at
+        + timedelta(minutes=approval.route.escalate_after_minutes)
+        <= now
+    ]
+    count = 0
+    for approval in due:
+        with transaction.atomic():
+            won = ApprovalRequest.objects.filter(
+                pk=approval.pk,
+                status=ApprovalRequest.Status.PENDING,
+                escalated_at__isnull=True,
+            ).update(escalated_at=now)
+            if not won:
+                continue
+            approval.escalated_at = now
+            added = [user.get_username() for user in approvers_for(approval)]
+            _audit(
+                AuditKind.APPROVAL_ESCALATED,
+                approval,
+                actor="system",
+                data={
+                    "route": approval.route.name if approval.route else None,
+                    "after_minutes": approval.route.escalate_after_minutes
+                    if approval.route
+                    else None,
+                    "approvers": added,
+                },
+            )
+            approval_events.approval_changed_on_commit(approval.pk)
+            if settings.REACH_APPROVAL_EMAILS:
+                # One notice per person and request: those told at creation
+                # are not told twice (the outbox's key).
+                _email_approvers(approval)
+            count += 1
+    return count
+
+
+class AwayError(ServiceError):
+    """An away period that cannot be recorded (invalid)."""
+
+
+def away_problem(*, user: Any, starts_at: Any, ends_at: Any, delegate: Any) -> str:
+    """What is wrong with an away period ('' when nothing is)."""
+    if ends_at <= (starts_at or timezone.now()):
+        return "The end of an away period must come after its start."
+    if ends_at <= timezone.now():
+        return "This period is already over."
+    if delegate is not None and user is not None and delegate.pk == user.pk:
+        return "You cannot delegate to yourself."
+    if delegate is not None and not delegate.is_active:
+        return "The delegate's account is not active."
+    return ""
+
+
+def approver_away_set(
+    *,
+    user: Any,
+    ends_at: Any,
+    starts_at: Any = None,
+    delegate: Any = None,
+    note: str = "",
+    by: Any = None,
+) -> ApproverAway:
+    """Mark ``user`` away from ``starts_at`` (now) until ``ends_at``, with an
+    optional ``delegate`` who decides in their place meanwhile; audited."""
+    starts_at = starts_at or timezone.now()
+    problem = away_problem(
+        user=user, starts_at=starts_at, ends_at=ends_at, delegate=delegate
+    )
+    if problem:
+        raise AwayError(problem)
+    with transaction.atomic():
+        # What they approved before: the delegate hears of what already waits.
+        theirs = routing.reach(user).named_filter()
+        away = ApproverAway.objects.create(
+            user=user,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            delegate=delegate,
+            note=(note or "").strip()[:200],
+        )
+        audit_append(
+            kind=AuditKind.APPROVER_AWAY_SET,
+            actor=by or user,
+            object_type="approver_away",
+            object_id=away.pk,
+            data={
+                "user": user.get_username(),
+                "starts_at": starts_at.isoformat(),
+                "ends_at": ends_at.isoformat(),
+                "delegate": delegate.get_username() if delegate else None,
+            },
+        )
+        if delegate is not None and starts_at <= timezone.now():
+            _tell_delegate(theirs)
+    return away
+
+
+def _tell_delegate(theirs: Any) -> None:
+    """Show the requests already waiting for an approver who is away now to
+    their delegate: the live queue's card, and a notice (the mail's key keeps
+    it to one per person and request)."""
+    waiting = ApprovalRequest.objects.filter(
+        theirs, SHOWN_TO_PEOPLE, status=ApprovalRequest.Status.PENDING
+    ).select_related("requested_by")
+    for approval in waiting:
+        approval_events.approval_changed_on_commit(approval.pk)
+        if settings.REACH_APPROVAL_EMAILS:
+            _email_approvers(approval)
+
+
+def approver_away_end(*, away: ApproverAway, by: Any = None) -> ApproverAway:
+    """End an away period now (back early); audited. A period that has not
+    begun yet is ended before it begins."""
+    now = timezone.now()
+    with transaction.atomic():
+        ends_at = max(now, away.starts_at)
+        ApproverAway.objects.filter(pk=away.pk, ends_at__gt=ends_at).update(
+            ends_at=ends_at
+        )
+        away.refresh_from_db()
+        audit_append(
+            kind=AuditKind.APPROVER_AWAY_ENDED,
+            actor=by or away.user,
+            object_type="approver_away",
+            object_id=away.pk,
+            data={"user": away.user.get_username(), "ended_at": now.isoformat()},
+        )
+    return away
+
+
+def route_problems(
+    *, condition: str, tool: str, tool_version: Any, approvals_required: int
+) -> dict[str, str]:
+    """What is wrong with a route's settings, by field (the admin's check)."""
+    problems: dict[str, str] = {}
+    if condition.strip():
+        try:
+            validate_rule(condition)
+        except EvaluationError as exc:
+            problems["condition"] = str(exc)
+    if tool_version is not None and not tool:
+        problems["tool_version"] = "A tool version needs a tool."
+    if approvals_required < 1:
+        problems["approvals_required"] = "At least one approval."
+    return problems
+
+
+def route_saved(*, route: ApprovalRoute, by: Any, created: bool) -> None:
+    """Audit a route's creation or change: who decides what is security state."""
+    audit_append(
+        kind=AuditKind.APPROVAL_ROUTE_CHANGED,
+        actor=by,
+        object_type="approval_route",
+        object_id=route.pk,
+        data={
+            "created": created,
+            "name": route.name,
+            "enabled": route.enabled,
+            "priority": route.priority,
+            "tool": route.tool or None,
+            "tool_version": route.tool_version,
+            "agent": route.agent.name if route.agent else None,
+            "risk": route.risk or None,
+            "condition": route.condition or None,
+            "approver_groups": sorted(g.name for g in route.approver_groups.all()),
+            "approver_users": sorted(
+                u.get_username() for u in route.approver_users.all()
+            ),
+            "approvals_required": route.approvals_required,
+            "escalate_after_minutes": route.escalate_after_minutes,
+            "escalation_groups": sorted(g.name for g in route.escalation_groups.all()),
+            "escalation_users": sorted(
+                u.get_username() for u in route.escalation_users.all()
+            ),
+        },
+    )

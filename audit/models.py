@@ -54,6 +54,12 @@ class AuditKind(models.TextChoices):
     APPROVAL_DECIDED = "approval.decided"
     APPROVAL_EXPIRED = "approval.expired"
     APPROVAL_CANCELLED = "approval.cancelled"
+    # Routing (approvals.routing): a route's escalation added its approvers; a
+    # route edited; an approver marked away (with a delegate) or back.
+    APPROVAL_ESCALATED = "approval.escalated"
+    APPROVAL_ROUTE_CHANGED = "approval.route_changed"
+    APPROVER_AWAY_SET = "approver.away_set"
+    APPROVER_AWAY_ENDED = "approver.away_ended"
     TRACE_EXPORTED = "trace.exported"
     TRACE_IMPORTED = "trace.imported"
     TRACES_PURGED = "traces.purged"

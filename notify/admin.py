@@ -33,6 +33,7 @@ class NotifyTargetForm(forms.ModelForm):
             "kind",
             "enabled",
             "for_all",
+            "routes",
             "events",
             "slack_channel",
             "url",

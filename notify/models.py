@@ -38,6 +38,13 @@ class NotifyTarget(models.Model):
         default=True,
         help_text="Announce every approval request (not only those of a route).",
     )
+    routes = models.ManyToManyField(
+        "approvals.ApprovalRoute",
+        blank=True,
+        related_name="notify_targets",
+        help_text="Also announce the requests of these routes (with 'for all' "
+        "off: only those).",
+    )
     events = models.JSONField(
         default=list,
         blank=True,

@@ -66,6 +66,8 @@ def approval_payload(approval: ApprovalRequest) -> dict[str, Any]:
         "requested_at": approval.requested_at.isoformat(),
         "expires_at": approval.expires_at.isoformat(),
         "approvers": [user.get_username() for user in approvers_for(approval)],
+        # The approval route that chose them (approvals.routing); null: none.
+        "route": approval.route.name if approval.route_id else None,
         "url": queue_url(approval),
         "status": approval.status,
     }

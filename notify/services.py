@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -26,9 +27,12 @@ class NotifyError(ServiceError):
 
 
 def targets_for(request: ApprovalRequest) -> list[NotifyTarget]:
-    """The enabled targets that announce ``request``: today every target marked
-    ``for_all`` (the one place that decides; routes will add theirs here)."""
-    return list(NotifyTarget.objects.filter(enabled=True, for_all=True))
+    """The enabled targets that announce ``request`` (the one place that
+    decides): every target marked ``for_all``, and those of its route."""
+    wanted = Q(for_all=True)
+    if request.route_id is not None:
+        wanted |= Q(routes=request.route_id)
+    return list(NotifyTarget.objects.filter(wanted, enabled=True).distinct())
 
 
 def on_approval_changed(sender: Any, approval_id: Any, **_: Any) -> None:
@@ -38,7 +42,9 @@ def on_approval_changed(sender: Any, approval_id: Any, **_: Any) -> None:
     if not NotifyTarget.objects.filter(enabled=True).exists():
         return
     approval = (
-        ApprovalRequest.objects.select_related("task", "requested_by", "decided_by")
+        ApprovalRequest.objects.select_related(
+            "task", "requested_by", "decided_by", "route"
+        )
         .filter(pk=approval_id)
         .first()
     )

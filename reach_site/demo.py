@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 from django.db import transaction
 
+from approvals.models import ApprovalRoute
 from automations.seed import seed_demo_schedule
 from effects.models import Note
 from memory.seed import seed_memory_tools
@@ -188,6 +189,9 @@ def seed_demo() -> list[str]:
             codename="review_runs", content_type__app_label="feedback"
         )
     )
+    # The demo routes' deciders (DEMO_ROUTES).
+    payments, _ = Group.objects.get_or_create(name="payments")
+    release, _ = Group.objects.get_or_create(name="release")
     users = get_user_model().objects
     password = demo_password()
     cast = [
@@ -199,6 +203,10 @@ def seed_demo() -> list[str]:
         ),
         ("alice", {}, []),
         ("bob", {}, []),
+        # Approvers by route only (DEMO_ROUTES): no approver permission, so
+        # they see and decide nothing else.
+        ("fiona", {}, [payments]),
+        ("devon", {}, [release]),
     ]
     for username, flags, groups in cast:
         if users.filter(username=username).exists():
@@ -253,4 +261,51 @@ def seed_demo() -> list[str]:
     alice = users.filter(username="alice").first()
     if assistant is not None and alice is not None:
         created += seed_demo_schedule(owner=alice, agent=assistant)
+    created += seed_demo_routes()
+    return created
+
+
+#: Two approver routes (approvals.routing), so routing shows without setup:
+#: (name, tool, condition, deciders' group, escalation group, minutes).
+DEMO_ROUTES = [
+    (
+        "refunds",
+        "send_email",
+        'contains(subject, "refund")',
+        "payments",
+        "approvers",
+        30,
+        "Mail about a refund: payments decides; unanswered for 30 minutes, the "
+        "approvers are added.",
+    ),
+    (
+        "deploys",
+        "create_ticket",
+        'contains(title, "deploy")',
+        "release",
+        None,
+        None,
+        "A ticket about a deploy (it waits when the run read untrusted notes): "
+        "release decides.",
+    ),
+]
+
+
+def seed_demo_routes() -> list[str]:
+    """The demo's approver routes, when missing (never overwriting edits)."""
+    created = []
+    for name, tool, condition, group, escalation, minutes, about in DEMO_ROUTES:
+        if ApprovalRoute.objects.filter(name=name).exists():
+            continue
+        route = ApprovalRoute.objects.create(
+            name=name,
+            tool=tool,
+            condition=condition,
+            description=about,
+            escalate_after_minutes=minutes,
+        )
+        route.approver_groups.add(Group.objects.get(name=group))
+        if escalation:
+            route.escalation_groups.add(Group.objects.get(name=escalation))
+        created.append(f"route {name}")
     return created

@@ -17,6 +17,9 @@ def add_schedule(app: Celery, *, reaper_interval_s: float) -> None:
         every, app.signature("approvals.expire"), name="expire approvals"
     )
     app.add_periodic_task(
+        60.0, app.signature("approvals.escalate"), name="escalate approvals"
+    )
+    app.add_periodic_task(
         every, app.signature("agents.reap_queued"), name="start queued messages"
     )
     app.add_periodic_task(

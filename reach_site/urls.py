@@ -94,6 +94,7 @@ urlpatterns = [
         approvals_views.confirm,
         name="approval-confirm",
     ),
+    path("approvals/away/", approvals_views.away, name="approvals-away"),
     path("console/", include("console.urls")),
     path("schedules/", include("automations.urls")),
     path("evals/", evals_views.eval_list, name="evals"),

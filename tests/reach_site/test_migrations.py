@@ -33,6 +33,8 @@ BEFORE = [
     ("runs", None),
     ("registry", None),
     ("audit", None),
+    # Newer than the re-cut, and its route targets (0002) need approvals' routes.
+    ("notify", None),
 ]
 
 SEND_EMAIL = {
