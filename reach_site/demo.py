@@ -13,7 +13,8 @@ from django.db import transaction
 from automations.seed import seed_demo_schedule
 from effects.models import Note
 from memory.seed import seed_memory_tools
-from registry.models import Agent, Tool
+from registry import versions
+from registry.models import Agent, AgentLabel, AgentVersion, Tool
 from registry.services import agent_handoffs_set, tool_save
 
 DEMO_NOTES = [
@@ -128,6 +129,14 @@ ASSISTANT_INSTRUCTIONS = (
     "search_notes to look things up in the team's project notes, calculate for "
     "every calculation (never compute in your head). Answer briefly in the user's "
     "language and name the note you used."
+)
+
+#: The demo's candidate (v2): an edit to compare with production (v1) and
+#: promote (README.md "Try it: make the agent better").
+ASSISTANT_INSTRUCTIONS_V2 = (
+    ASSISTANT_INSTRUCTIONS
+    + " When a note gives a budget expression, calculate it and give the total "
+    "first, then the note's title."
 )
 
 TRIAGE_INSTRUCTIONS = (
@@ -254,3 +263,26 @@ def seed_demo() -> list[str]:
     if assistant is not None and alice is not None:
         created += seed_demo_schedule(owner=alice, agent=assistant)
     return created
+
+
+@transaction.atomic
+def seed_demo_versions() -> list[str]:
+    """The assistant's two versions (``manage.py seed_demo``): v1 labelled
+    production, an edited v2 labelled candidate, to compare and promote. Only
+    for an assistant still at its first version with no label (never over an
+    operator's edits)."""
+    assistant = Agent.objects.filter(name="assistant").first()
+    if assistant is None or AgentLabel.objects.filter(agent=assistant).exists():
+        return []
+    first = list(AgentVersion.objects.filter(agent=assistant))
+    if len(first) != 1:
+        return []
+    assistant.instructions = ASSISTANT_INSTRUCTIONS_V2
+    with versions.versions_deferred():
+        assistant.save()
+    candidate = versions.version_record(assistant, note="demo seed: an edit to compare")
+    if candidate is None:
+        return []
+    versions.label_move(agent=assistant, name=versions.PRODUCTION, version=first[0])
+    versions.label_move(agent=assistant, name=versions.CANDIDATE, version=candidate)
+    return ["agent assistant v2 (candidate; v1 is production)"]

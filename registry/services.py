@@ -28,7 +28,7 @@ from registry import access
 from registry.adapters import mcp as mcp_adapter
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.handlers import get_handler, handler_names
-from registry.models import Agent, Handoff, MCPServer, Tool, ToolVersion
+from registry.models import Agent, AgentVersion, Handoff, MCPServer, Tool, ToolVersion
 from registry.models import ModelPrice as PriceRow
 from registry.payloads import (
     TOOL_FIELDS,
@@ -36,6 +36,7 @@ from registry.payloads import (
     TOOL_REQUIRED_FIELDS,
     tool_definition,
 )
+from registry.versions import agent_as_of
 
 #: Fields whose change makes a new version: the public definition (docs/api.md)
 #: and the implementation behind it (the MCP server compared by its id).
@@ -233,14 +234,22 @@ def spec_for(tool: Tool) -> ToolSpec:
     return spec
 
 
-def agent_snapshot_of(agent: Agent, *, user: Any = None) -> AgentSnapshot:
+def agent_snapshot_of(
+    agent: Agent, *, user: Any = None, version: AgentVersion | None = None
+) -> AgentSnapshot:
     """The agent as a run will use it: instructions, model, limits and tools.
 
     With ``user`` (the run's owner) only the tools that user may use are in it
     (:mod:`registry.access`): the run offers the model nothing else, and a call
-    of any other tool is planned as a call of an unknown tool.
+    of any other tool is planned as a call of an unknown tool. With ``version``
+    (:mod:`registry.versions`) its fields are that version's, not the live
+    row's; the handoffs stay the agent's.
     """
-    tools = agent.offered_tools()
+    if version is not None:
+        agent, names = agent_as_of(agent, version)
+        tools = agent.offered_tools(names)
+    else:
+        tools = agent.offered_tools()
     if user is not None:
         tools = access.usable_tools(user, tools)
     routing = agent.routing()
