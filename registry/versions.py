@@ -17,14 +17,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
+import functools
 import re
 from collections.abc import Collection, Iterator
 from typing import Any
 
 import yaml
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import Case, IntegerField, Value, When
+from django.db import connection, transaction
 from django.db.models.signals import m2m_changed, post_save
 from django.utils import timezone
 
@@ -171,19 +171,40 @@ def connect() -> None:
 
 def version_resolve(agent: Agent | Any) -> AgentVersion | None:
     """The version a chat of ``agent`` runs: the one labelled ``production``,
-    else the newest; None for an agent with no version. One query."""
+    else the newest; None for an agent with no version. One query, in raw SQL:
+    it is on the path of every message a chat accepts."""
     agent_id = agent.pk if isinstance(agent, Agent) else agent
+    with connection.cursor() as cursor:
+        cursor.execute(_resolve_sql(), [PRODUCTION, agent_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    pk, number, snapshot = row
+    field = AgentVersion._meta.get_field("snapshot")
+    return AgentVersion(
+        pk=pk,
+        agent_id=agent_id,
+        number=number,
+        snapshot=field.from_db_value(snapshot, None, connection),  # type: ignore[attr-defined]
+    )
+
+
+@functools.cache
+def _resolve_sql() -> str:
+    def q(name: str) -> str:
+        return connection.ops.quote_name(name)
+
+    versions, labels = (
+        q(AgentVersion._meta.db_table),
+        q(AgentLabel._meta.db_table),
+    )
     return (
-        AgentVersion.objects.filter(agent_id=agent_id)
-        .annotate(
-            labelled=Case(
-                When(labels__name=PRODUCTION, then=Value(1)),
-                default=Value(0),
-                output_field=IntegerField(),
-            )
-        )
-        .order_by("-labelled", "-number")
-        .first()
+        f"SELECT v.{q('id')}, v.{q('number')}, v.{q('snapshot')} "  # noqa: S608
+        f"FROM {versions} v LEFT JOIN {labels} l "
+        f"ON l.{q('version_id')} = v.{q('id')} AND l.{q('name')} = %s "
+        f"WHERE v.{q('agent_id')} = %s "
+        f"ORDER BY CASE WHEN l.{q('id')} IS NULL THEN 0 ELSE 1 END DESC, "
+        f"v.{q('number')} DESC LIMIT 1"
     )
 
 
