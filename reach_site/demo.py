@@ -131,8 +131,8 @@ ASSISTANT_INSTRUCTIONS = (
     "language and name the note you used."
 )
 
-#: The demo's candidate (v2): an edit to compare with production (v1) and
-#: promote (README.md "Try it: make the agent better").
+#: The demo's candidate (v2): an edit a newcomer compares with production (v1)
+#: and promotes.
 ASSISTANT_INSTRUCTIONS_V2 = (
     ASSISTANT_INSTRUCTIONS
     + " When a note gives a budget expression, calculate it and give the total "

@@ -24,8 +24,8 @@ from registry.services import (
     snapshot_priced,
     snapshot_routed,
     toolbox_for_snapshot,
+    version_resolve,
 )
-from registry.versions import version_resolve
 
 
 class RegistryHandoffs:

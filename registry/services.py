@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.utils import timezone
 
@@ -28,7 +29,16 @@ from registry import access
 from registry.adapters import mcp as mcp_adapter
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.handlers import get_handler, handler_names
-from registry.models import Agent, AgentVersion, Handoff, MCPServer, Tool, ToolVersion
+from registry.models import (
+    AGENT_VERSIONED_FIELDS,
+    Agent,
+    AgentLabel,
+    AgentVersion,
+    Handoff,
+    MCPServer,
+    Tool,
+    ToolVersion,
+)
 from registry.models import ModelPrice as PriceRow
 from registry.payloads import (
     TOOL_FIELDS,
@@ -36,7 +46,6 @@ from registry.payloads import (
     TOOL_REQUIRED_FIELDS,
     tool_definition,
 )
-from registry.versions import agent_as_of
 
 #: Fields whose change makes a new version: the public definition (docs/api.md)
 #: and the implementation behind it (the MCP server compared by its id).
@@ -232,6 +241,65 @@ def spec_for(tool: Tool) -> ToolSpec:
     elif tool.kind == Tool.Kind.MCP:
         spec = ToolSpec(**{**spec.__dict__, "leaves_house": True})
     return spec
+
+
+#: The label whose version chats run (registry.versions).
+PRODUCTION = "production"
+
+
+def version_resolve(agent: Agent | Any) -> AgentVersion | None:
+    """The version a chat of ``agent`` runs: the one labelled ``production``,
+    else the newest; None for an agent with no version. One query, in raw SQL:
+    it is on the path of every message a chat accepts."""
+    agent_id = agent.pk if isinstance(agent, Agent) else agent
+    with connection.cursor() as cursor:
+        cursor.execute(_resolve_sql(), [PRODUCTION, agent_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    pk, number, snapshot = row
+    field = AgentVersion._meta.get_field("snapshot")
+    return AgentVersion(
+        pk=pk,
+        agent_id=agent_id,
+        number=number,
+        snapshot=field.from_db_value(snapshot, None, connection),  # type: ignore[attr-defined]
+    )
+
+
+@functools.cache
+def _resolve_sql() -> str:
+    def q(name: str) -> str:
+        return connection.ops.quote_name(name)
+
+    versions, labels = (
+        q(AgentVersion._meta.db_table),
+        q(AgentLabel._meta.db_table),
+    )
+    return (
+        f"SELECT v.{q('id')}, v.{q('number')}, v.{q('snapshot')} "  # noqa: S608
+        f"FROM {versions} v LEFT JOIN {labels} l "
+        f"ON l.{q('version_id')} = v.{q('id')} AND l.{q('name')} = %s "
+        f"WHERE v.{q('agent_id')} = %s "
+        f"ORDER BY CASE WHEN l.{q('id')} IS NULL THEN 0 ELSE 1 END DESC, "
+        f"v.{q('number')} DESC LIMIT 1"
+    )
+
+
+def agent_as_of(agent: Agent, version: AgentVersion) -> tuple[Agent, list[str]]:
+    """An unsaved copy of ``agent`` with ``version``'s fields, and the names of
+    the tools that version chose (:meth:`Agent.offered_tools` takes them)."""
+    copy = Agent()
+    for field in Agent._meta.concrete_fields:
+        setattr(copy, field.attname, getattr(agent, field.attname))
+    copy._state.adding = False
+    names: list[str] = []
+    for name, value in version.snapshot.items():
+        if name == "tools":
+            names = list(value or [])
+        elif name in AGENT_VERSIONED_FIELDS:
+            setattr(copy, name, value)
+    return copy, names
 
 
 def agent_snapshot_of(

@@ -17,14 +17,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
-import functools
 import re
 from collections.abc import Collection, Iterator
 from typing import Any
 
 import yaml
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.signals import m2m_changed, post_save
 from django.utils import timezone
 
@@ -38,7 +37,9 @@ from registry.models import (
     Tool,
 )
 
-PRODUCTION = "production"
+# On the path of every run, so in registry.services with the snapshot they feed.
+from registry.services import PRODUCTION, agent_as_of, version_resolve
+
 CANDIDATE = "candidate"
 
 _deferred: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -167,61 +168,6 @@ def connect() -> None:
 
 
 # -- resolving -------------------------------------------------------------------
-
-
-def version_resolve(agent: Agent | Any) -> AgentVersion | None:
-    """The version a chat of ``agent`` runs: the one labelled ``production``,
-    else the newest; None for an agent with no version. One query, in raw SQL:
-    it is on the path of every message a chat accepts."""
-    agent_id = agent.pk if isinstance(agent, Agent) else agent
-    with connection.cursor() as cursor:
-        cursor.execute(_resolve_sql(), [PRODUCTION, agent_id])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    pk, number, snapshot = row
-    field = AgentVersion._meta.get_field("snapshot")
-    return AgentVersion(
-        pk=pk,
-        agent_id=agent_id,
-        number=number,
-        snapshot=field.from_db_value(snapshot, None, connection),  # type: ignore[attr-defined]
-    )
-
-
-@functools.cache
-def _resolve_sql() -> str:
-    def q(name: str) -> str:
-        return connection.ops.quote_name(name)
-
-    versions, labels = (
-        q(AgentVersion._meta.db_table),
-        q(AgentLabel._meta.db_table),
-    )
-    return (
-        f"SELECT v.{q('id')}, v.{q('number')}, v.{q('snapshot')} "  # noqa: S608
-        f"FROM {versions} v LEFT JOIN {labels} l "
-        f"ON l.{q('version_id')} = v.{q('id')} AND l.{q('name')} = %s "
-        f"WHERE v.{q('agent_id')} = %s "
-        f"ORDER BY CASE WHEN l.{q('id')} IS NULL THEN 0 ELSE 1 END DESC, "
-        f"v.{q('number')} DESC LIMIT 1"
-    )
-
-
-def agent_as_of(agent: Agent, version: AgentVersion) -> tuple[Agent, list[str]]:
-    """An unsaved copy of ``agent`` with ``version``'s fields, and the names of
-    the tools that version chose (:meth:`Agent.offered_tools` takes them)."""
-    copy = Agent()
-    for field in Agent._meta.concrete_fields:
-        setattr(copy, field.attname, getattr(agent, field.attname))
-    copy._state.adding = False
-    names: list[str] = []
-    for name, value in version.snapshot.items():
-        if name == "tools":
-            names = list(value or [])
-        elif name in AGENT_VERSIONED_FIELDS:
-            setattr(copy, name, value)
-    return copy, names
 
 
 _REF = re.compile(r"^(?P<agent>[-\w]+)(?:@(?P<which>[-\w]+))?$")

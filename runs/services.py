@@ -25,8 +25,12 @@ from infra import runtime
 from infra.errors import ErrorKind, ServiceError
 from registry.access import may_use_agent
 from registry.models import AgentVersion
-from registry.services import agent_snapshot_of, snapshot_priced, snapshot_routed
-from registry.versions import version_resolve
+from registry.services import (
+    agent_snapshot_of,
+    snapshot_priced,
+    snapshot_routed,
+    version_resolve,
+)
 from runs import events as notify
 from runs import ports
 
