@@ -54,18 +54,43 @@ class Migration(migrations.Migration):
     ]
 
 
+#: The versioned fields as this migration knows them (registry.models
+#: AGENT_VERSIONED_FIELDS when it was written): a later field is no part of v1.
+FIELDS = (
+    "instructions",
+    "model",
+    "tools",
+    "tool_tags",
+    "toolsets",
+    "route_by_model",
+    "max_steps",
+    "max_tool_calls",
+    "tool_error_limit",
+    "consecutive_failure_limit",
+    "time_budget_s",
+    "token_budget",
+    "context_budget_tokens",
+    "parallel_tool_calls",
+    "max_cost_usd",
+    "on_approval_expired",
+    "max_handoffs",
+)
+
+
 def first_versions(apps, schema_editor):
     """Every agent that exists gets its version 1: what it is now."""
-    from registry.versions import state_of
-
     Agent = apps.get_model("registry", "Agent")
     AgentVersion = apps.get_model("registry", "AgentVersion")
     for agent in Agent.objects.all():
         if AgentVersion.objects.filter(agent=agent).exists():
             continue
-        names = agent.tools.values_list("name", flat=True)
+        names = sorted(agent.tools.values_list("name", flat=True))
+        snapshot = {
+            name: names if name == "tools" else getattr(agent, name)
+            for name in FIELDS
+        }
         AgentVersion.objects.create(
-            agent=agent, number=1, snapshot=state_of(agent, names), note="first version"
+            agent=agent, number=1, snapshot=snapshot, note="first version"
         )
 
 
