@@ -700,6 +700,22 @@ class AgentVersionAdmin(admin.ModelAdmin):
         # A version is never edited: what a run recorded stays what it ran.
         pass
 
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        read_only = {
+            "show_save": False,
+            "show_save_and_continue": False,
+            "show_save_and_add_another": False,
+        }
+        return super().change_view(
+            request, object_id, form_url, {**(extra_context or {}), **read_only}
+        )
+
     @admin.display(description="labels")
     def labels_of(self, obj: AgentVersion) -> str:
         return ", ".join(label.name for label in obj.labels.all()) or "—"

@@ -38,7 +38,9 @@ from registry.models import (
 )
 
 # On the path of every run, so in registry.services with the snapshot they feed.
-from registry.services import PRODUCTION, agent_as_of, version_resolve
+from registry.services import PRODUCTION as PRODUCTION
+from registry.services import agent_as_of as agent_as_of
+from registry.services import version_resolve as version_resolve
 
 CANDIDATE = "candidate"
 

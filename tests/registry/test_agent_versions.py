@@ -277,3 +277,25 @@ def test_references_name_a_label_a_number_or_what_chats_run(demo):
     for bad in ("assistant@v9", "assistant@nope", "nobody@production", "a b"):
         with pytest.raises(versions.VersionError):
             versions.version_ref(bad)
+
+
+@pytest.mark.django_db
+def test_saving_an_agent_whose_production_is_older_says_chats_still_run_it(
+    client, demo
+):
+    agent = demo.agent
+    versions.label_move(agent=agent, name="production", version=newest(agent))
+    client.force_login(demo.admin)
+    url = f"/admin/registry/agent/{agent.pk}/change/"
+    data = admin_form_data(client.get(url))
+    data["max_steps"] = "6"
+
+    response = client.post(url, data, follow=True)
+
+    text_ = response.content.decode()
+    assert "Saved as v2. Chats still run v1 (labelled production)" in text_
+    assert versions.version_resolve(agent).number == 1
+    version_page = client.get(
+        f"/admin/registry/agentversion/{newest(agent).pk}/change/"
+    ).content.decode()
+    assert 'name="_save"' not in version_page
