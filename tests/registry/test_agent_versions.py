@@ -299,3 +299,18 @@ def test_saving_an_agent_whose_production_is_older_says_chats_still_run_it(
         f"/admin/registry/agentversion/{newest(agent).pk}/change/"
     ).content.decode()
     assert 'name="_save"' not in version_page
+
+
+@pytest.mark.django_db
+def test_the_mcp_gateway_lists_the_tools_of_the_version_its_calls_run(demo):
+    from gateway.services import gateway_tools
+
+    agent = demo.agent
+    versions.label_move(agent=agent, name="production", version=newest(agent))
+    edit(agent, tool_tags=[])
+
+    listed = {d["name"] for d in gateway_tools(agent=agent, user=demo.alice)}
+
+    assert {"calculate", "search_notes"} <= listed
+    versions.label_move(agent=agent, name="production", version=newest(agent))
+    assert gateway_tools(agent=agent, user=demo.alice) == []

@@ -76,3 +76,12 @@ def test_the_trace_document_names_the_version(demo, runs_of_two_versions):
     _, second, _ = runs_of_two_versions
     document = trace_of(logged_in(demo.alice), second.pk)
     assert document["task"]["agent_version"] == 2
+
+
+def test_the_trace_page_names_the_version_with_a_link_to_its_runs(
+    demo, runs_of_two_versions
+):
+    _, second, _ = runs_of_two_versions
+    html = page(demo.alice, f"/traces/{second.pk}/")
+    assert 'href="/traces/?agent=assistant&amp;agent_version=2"' in html
+    assert 'data-testid="agent-version"' in html
