@@ -302,6 +302,23 @@ def agent_as_of(agent: Agent, version: AgentVersion) -> tuple[Agent, list[str]]:
     return copy, names
 
 
+def agent_as_run(agent: Agent) -> tuple[Agent, list[str] | None]:
+    """``agent`` as a run started now would use it (the version chats run,
+    :func:`version_resolve`) and the tools that version chose by name; the live
+    row and None for an agent without versions."""
+    version = version_resolve(agent)
+    if version is None:
+        return agent, None
+    return agent_as_of(agent, version)
+
+
+def offered_tools_now(agent: Agent, user: Any) -> list[Tool]:
+    """The tools a run of ``agent`` started now offers ``user`` (what the chat
+    page and ``GET /api/agents/`` list)."""
+    running, names = agent_as_run(agent)
+    return access.usable_tools(user, running.offered_tools(names))
+
+
 def agent_snapshot_of(
     agent: Agent, *, user: Any = None, version: AgentVersion | None = None
 ) -> AgentSnapshot:

@@ -18,6 +18,7 @@ from reach_site.demo import (
 from registry import versions
 from registry.models import Agent, AgentLabel, AgentVersion, Tool
 from tests.support.admin_forms import admin_form_data
+from tests.support.clients import logged_in
 from tests.support.replies import text
 from tests.support.runs import ask
 from tests.support.scripted_model import EchoScript, messages_of
@@ -314,3 +315,25 @@ def test_the_mcp_gateway_lists_the_tools_of_the_version_its_calls_run(demo):
     assert {"calculate", "search_notes"} <= listed
     versions.label_move(agent=agent, name="production", version=newest(agent))
     assert gateway_tools(agent=agent, user=demo.alice) == []
+
+
+@pytest.mark.django_db
+def test_the_agent_list_and_the_chat_show_what_a_run_would_use_now(
+    demo, api_client_for
+):
+    agent = demo.agent
+    versions.label_move(agent=agent, name="production", version=newest(agent))
+    edit(agent, tool_tags=[], model="another-model")
+
+    (listed,) = [
+        a
+        for a in api_client_for(demo.alice).get("/api/agents/").json()
+        if a["name"] == "assistant"
+    ]
+    chat = logged_in(demo.alice).get("/")
+
+    assert {"calculate", "search_notes"} <= set(listed["tools"])
+    assert listed["model"] != "another-model"
+    assert {"calculate", "search_notes"} <= {
+        t.name for t in chat.context["offered_tools"]
+    }
