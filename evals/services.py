@@ -161,6 +161,10 @@ def report_create(
     """A report of ``suite`` with its runs planned (none started)."""
     eval_access_check(user)
     document = suite.document
+    if agent and agent.startswith("@"):
+        # A version of the suite's agent (``@candidate``).
+        named = document.get("agent") or getattr(default_agent(), "name", "")
+        agent = f"{named}{agent}"
     profile, version = _agent_version(agent or document.get("agent"))
     if runs is not None and not 1 <= runs <= suites.MAX_RUNS:
         raise EvalError(f"runs: a whole number from 1 to {suites.MAX_RUNS}.")

@@ -39,7 +39,8 @@ def eval_list(request: HttpRequest) -> HttpResponse:
         }
         upload = request.FILES.get("file")
         if form.get("version"):
-            # A label (candidate) or a number (v3) of the agent chosen.
+            # A label (candidate) or a number (v3) of the agent chosen (blank:
+            # the suite's).
             data["agent"] = f"{data['agent'] or ''}@{form['version']}"
         try:
             for key in ("runs", "concurrency"):

@@ -188,6 +188,10 @@ def test_the_page_compares_two_versions_and_promotes_the_better(
 
 def test_a_reference_to_no_such_version_is_refused(operator, demo):
     suite = evals.suite_upload(SUITE)
+    seed_demo_versions()
+    # "@label" alone: a version of the suite's agent.
+    report = evals.report_create(suite=suite, user=operator, agent="@candidate")
+    assert (report.agent.name, report.agent_version) == ("assistant", 2)
     with pytest.raises(evals.EvalError, match="no version v9"):
         evals.report_create(suite=suite, user=operator, agent="assistant@v9")
     with pytest.raises(evals.EvalError, match="no version nope"):
