@@ -24,6 +24,10 @@ class AuditKind(models.TextChoices):
     AGENT_CHANGED = "agent.changed"
     # The agents an agent may hand its conversations to (registry.Handoff).
     AGENT_HANDOFFS_CHANGED = "agent.handoffs_changed"
+    # Agent versions (registry.versions): a label (production, candidate)
+    # moved to a version, and a rollback that made a new version of an old one.
+    AGENT_LABEL_MOVED = "agent.label_moved"
+    AGENT_ROLLED_BACK = "agent.rolled_back"
     TOOL_REGISTERED = "tool.registered"
     TOOL_CHANGED = "tool.changed"
     TOOL_ENABLED = "tool.enabled"

@@ -45,6 +45,13 @@ def start_report(user: Any, data: Any) -> EvalReport:
     before the request is read, and a suite sent with it is saved in the
     report's transaction.
     """
+    return start_reports(user, data)[0]
+
+
+def start_reports(user: Any, data: Any) -> tuple[EvalReport, EvalReport | None]:
+    """:func:`start_report`, and with ``compare`` (another version of the agent:
+    a label such as ``production``, or ``v3``) a second report of the same
+    cases on that version, to compare with (:func:`services.report_changes`)."""
     services.eval_access_check(user)
     if not isinstance(data, dict):
         raise services.EvalError("Send an object: suite (a name) or document.")
@@ -58,8 +65,19 @@ def start_report(user: Any, data: Any) -> EvalReport:
             runs=_int(data, "runs"),
             concurrency=_int(data, "concurrency") or 4,
         )
-        transaction.on_commit(lambda: celery_tasks.drive.delay(str(report.pk)))
-    return report
+        baseline = None
+        if (other := _str(data, "compare")) is not None:
+            baseline = services.report_create_compared(
+                report=report, baseline=other, user=user, model=_str(data, "model")
+            )
+        for started in (report, baseline):
+            if started is not None:
+                _enqueue(started)
+    return report, baseline
+
+
+def _enqueue(report: EvalReport) -> None:
+    transaction.on_commit(lambda: celery_tasks.drive.delay(str(report.pk)))
 
 
 def _requested_suite(data: dict[str, Any]) -> Suite:
@@ -91,8 +109,11 @@ class EvalList(APIView):
     )
     def post(self, request: Request) -> Response:
         # An EvalError answers its kind's status (infra.api.errors).
-        report = start_report(request.user, request.data)
-        return Response(services.report_view(report), status=status.HTTP_201_CREATED)
+        report, baseline = start_reports(request.user, request.data)
+        document = services.report_view(report)
+        if baseline is not None:
+            document["compared_with"] = str(baseline.pk)
+        return Response(document, status=status.HTTP_201_CREATED)
 
 
 class EvalDetail(APIView):
@@ -115,6 +136,7 @@ class EvalDetail(APIView):
                     f"No evaluation {baseline_id} to compare.", ErrorKind.NOT_FOUND
                 )
             document["regressions"] = services.report_compare(report, baseline)
+            document["changes"] = services.report_changes(report, baseline)
             document["compared_with"] = str(baseline.pk)
         return Response(document)
 

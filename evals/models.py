@@ -52,6 +52,9 @@ class EvalReport(models.Model):
     # The suite as it was when the report started (a later edit changes nothing).
     document = models.JSONField()
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    # The number of the agent's version its runs ran (registry.AgentVersion);
+    # null for reports from before versions.
+    agent_version = models.PositiveIntegerField(null=True, blank=True)
     model = models.CharField(max_length=200)
     runs_per_case = models.PositiveIntegerField(default=1)
     concurrency = models.PositiveIntegerField(default=4)

@@ -217,3 +217,49 @@ def regressions(
                 }
             )
     return dropped
+
+
+def case_changes(
+    current: Mapping[str, Any], baseline: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Every case of both reports: its success rate and 95% interval in each, and
+    whether ``current`` did ``better``, ``worse`` or the ``same`` (``only`` when
+    one report lacks it). ``clear`` says the intervals do not overlap: a change
+    that more runs would not likely undo."""
+    before = {c["id"]: c for c in baseline.get("cases", [])}
+    after = {c["id"]: c for c in current.get("cases", [])}
+    changes = []
+    for case_id in [*after, *(k for k in before if k not in after)]:
+        new, old = after.get(case_id), before.get(case_id)
+        if new is None or old is None:
+            verdict, clear = "only", False
+        else:
+            delta = new["success_rate"] - old["success_rate"]
+            verdict = "better" if delta > 0 else "worse" if delta < 0 else "same"
+            (old_lo, old_hi), (new_lo, new_hi) = (
+                old["success_ci95"],
+                new["success_ci95"],
+            )
+            clear = new_lo > old_hi or new_hi < old_lo
+        changes.append(
+            {
+                "id": case_id,
+                "verdict": verdict,
+                "clear": clear,
+                "before": _side(old),
+                "after": _side(new),
+            }
+        )
+    return changes
+
+
+def _side(case: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if case is None:
+        return None
+    return {
+        "passed": case["passed"],
+        "runs": case["runs"],
+        "success_rate": case["success_rate"],
+        "success_ci95": case["success_ci95"],
+        "tasks": case["tasks"],
+    }

@@ -34,7 +34,8 @@ from evals.models import EvalReport, EvalRun, Suite
 from feedback import judges
 from feedback.models import Judge, JudgeVerdict
 from infra.errors import ErrorKind, ServiceError
-from registry.models import Agent
+from registry import versions
+from registry.models import Agent, AgentLabel, AgentVersion
 from runs import services as runs
 from runs.models import Task
 from runs.selectors import default_agent
@@ -160,10 +161,11 @@ def report_create(
     """A report of ``suite`` with its runs planned (none started)."""
     eval_access_check(user)
     document = suite.document
-    name = agent or document.get("agent")
-    profile = Agent.objects.filter(name=name).first() if name else default_agent()
-    if profile is None:
-        raise EvalError(f"No agent named {name!r}." if name else "No agent exists.")
+    if agent and agent.startswith("@"):
+        # A version of the suite's agent (``@candidate``).
+        named = document.get("agent") or getattr(default_agent(), "name", "")
+        agent = f"{named}{agent}"
+    profile, version = _agent_version(agent or document.get("agent"))
     if runs is not None and not 1 <= runs <= suites.MAX_RUNS:
         raise EvalError(f"runs: a whole number from 1 to {suites.MAX_RUNS}.")
     if not 1 <= concurrency <= 64:
@@ -183,7 +185,10 @@ def report_create(
             suite=suite,
             document=document,
             agent=profile,
-            model=model or profile.model or settings.OPENAI_MODEL,
+            agent_version=version.number if version is not None else None,
+            model=model
+            or (version.snapshot.get("model") if version else profile.model)
+            or settings.OPENAI_MODEL,
             runs_per_case=per_case,
             concurrency=concurrency,
             created_by=user,
@@ -196,6 +201,52 @@ def report_create(
         ]
         EvalRun.objects.bulk_create(planned)
     return report
+
+
+def _agent_version(name: str | None) -> tuple[Agent, AgentVersion | None]:
+    """The agent and version ``name`` means: ``NAME``, ``NAME@label`` or
+    ``NAME@v3`` (:func:`registry.versions.version_ref`); no name: the default
+    agent. Without ``@`` the version a chat would run."""
+    if not name:
+        profile = default_agent()
+        if profile is None:
+            raise EvalError("No agent exists.")
+        return profile, versions.version_resolve(profile)
+    if "@" not in name:
+        profile = Agent.objects.filter(name=name).first()
+        if profile is None:
+            raise EvalError(f"No agent named {name!r}.")
+        return profile, versions.version_resolve(profile)
+    try:
+        return versions.version_ref(name)
+    except versions.VersionError as exc:
+        raise EvalError(" ".join(exc.messages)) from exc
+
+
+def report_version(report: EvalReport) -> AgentVersion | None:
+    """The agent version ``report`` runs (None: a report from before versions)."""
+    if report.agent_version is None:
+        return None
+    return AgentVersion.objects.filter(
+        agent_id=report.agent_id, number=report.agent_version
+    ).first()
+
+
+def report_create_compared(
+    *, report: EvalReport, baseline: str, user: Any, model: str | None = None
+) -> EvalReport:
+    """A report of the same suite and runs on another version of ``report``'s
+    agent (``baseline``: a label, ``v3``, or ``NAME@label``); ``model`` as the
+    first was given it (None: each version's own model)."""
+    ref = baseline if "@" in baseline else f"{report.agent.name}@{baseline}"
+    return report_create(
+        suite=report.suite,
+        user=user,
+        agent=ref,
+        model=model,
+        runs=report.runs_per_case,
+        concurrency=report.concurrency,
+    )
 
 
 def _variants(document: dict[str, Any], case: dict[str, Any]) -> list[str]:
@@ -284,6 +335,7 @@ def _turn_start(report: EvalReport, run: EvalRun, case: dict[str, Any]) -> None:
         conversation=run.conversation,
         content=case["input"][run.turn],
         model=report.model,
+        agent_version=report_version(report),
         eval_case={
             "report": str(report.pk),
             "case": case["id"],
@@ -462,6 +514,7 @@ def _head(report: EvalReport) -> dict[str, Any]:
         "status": report.status,
         "suite": report.suite.name,
         "agent": report.agent.name,
+        "agent_version": report.agent_version,
         "model": report.model,
         "runs_per_case": report.runs_per_case,
         "created_at": report.created_at.isoformat(),
@@ -478,6 +531,31 @@ def report_view(report: EvalReport) -> dict[str, Any]:
 
 def report_compare(report: EvalReport, baseline: EvalReport) -> list[dict[str, Any]]:
     return scoring.regressions(report_view(report), report_view(baseline))
+
+
+def report_changes(report: EvalReport, baseline: EvalReport) -> list[dict[str, Any]]:
+    """Per case, better or worse than ``baseline``, with both intervals
+    (:func:`evals.scoring.case_changes`)."""
+    return scoring.case_changes(report_view(report), report_view(baseline))
+
+
+def report_promote(
+    *, report: EvalReport, user: Any, label: str = versions.PRODUCTION
+) -> AgentLabel:
+    """Move ``label`` to the version ``report`` ran (the compare page's button);
+    for those who may change agents. Audited."""
+    if not user.has_perm("registry.change_agent"):
+        raise EvalError(
+            "Moving a label changes what chats run: you need the permission to "
+            "change agents.",
+            ErrorKind.FORBIDDEN,
+        )
+    version = report_version(report)
+    if version is None:
+        raise EvalError("This report ran no recorded version of its agent.")
+    return versions.label_move(
+        agent=report.agent, name=label, version=version, user=user
+    )
 
 
 def report_brief(report: EvalReport) -> dict[str, Any]:

@@ -9,12 +9,15 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from evals import from_runs, services, suites
-from evals.api import start_report
+from evals.api import start_reports
 from evals.models import EvalReport, Suite
+from infra.errors import ErrorKind
 from registry.models import Agent
+from registry.versions import version_resolve
 from runs.selectors import visible_tasks
 
 
@@ -32,21 +35,29 @@ def eval_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = request.POST.dict()
         data: dict[str, Any] = {
-            k: form.get(k) or None for k in ("suite", "agent", "model")
+            k: form.get(k) or None for k in ("suite", "agent", "model", "compare")
         }
         upload = request.FILES.get("file")
+        if form.get("version"):
+            # A label (candidate) or a number (v3) of the agent chosen (blank:
+            # the suite's).
+            data["agent"] = f"{data['agent'] or ''}@{form['version']}"
         try:
             for key in ("runs", "concurrency"):
                 if form.get(key):
                     data[key] = int(form[key])
             if upload is not None:
                 data["document"] = upload.read().decode("utf-8")
-            report = start_report(request.user, data)
+            report, baseline = start_reports(request.user, data)
         except ValueError:
             error = "runs and concurrency are whole numbers; a suite file is UTF-8."
         except services.EvalError as exc:
             error = str(exc)
         else:
+            if baseline is not None:
+                return redirect(
+                    f"{reverse('eval', args=[report.pk])}?compare={baseline.pk}"
+                )
             return redirect("eval", report.pk)
     services.suites_sync_builtin()
     reports = EvalReport.objects.select_related("suite", "agent")[:50]
@@ -74,11 +85,13 @@ def eval_detail(request: HttpRequest, report_id: Any) -> HttpResponse:
     document = services.report_view(report)
     baseline = None
     regressions = None
+    changes = None
     if request.GET.get("compare"):
         baseline = services.report_find(request.GET["compare"])
         if baseline is None:
             raise Http404("No evaluation to compare with.")
         regressions = services.report_compare(report, baseline)
+        changes = services.report_changes(report, baseline)
     others = (
         EvalReport.objects.filter(suite=report.suite, status=EvalReport.Status.DONE)
         .exclude(pk=report.pk)
@@ -92,10 +105,53 @@ def eval_detail(request: HttpRequest, report_id: Any) -> HttpResponse:
             "doc": document,
             "baseline": baseline,
             "regressions": regressions,
+            "changes": changes,
             "others": others,
-            "running": not report.is_final,
+            "running": not report.is_final
+            or (baseline is not None and not baseline.is_final),
+            "may_promote": _may_promote(request, report, baseline),
         },
     )
+
+
+def _may_promote(
+    request: HttpRequest, report: EvalReport, baseline: EvalReport | None
+) -> bool:
+    """Offer "promote" on a comparison of two versions of one agent, to those
+    who may change agents, when the report's version is not production yet."""
+    if baseline is None or baseline.agent_id != report.agent_id:
+        return False
+    if report.agent_version is None or not request.user.has_perm(
+        "registry.change_agent"
+    ):
+        return False
+    running = version_resolve(report.agent)
+    return running is None or running.number != report.agent_version
+
+
+@login_required
+@require_http_methods(["POST"])
+def eval_promote(request: HttpRequest, report_id: Any) -> HttpResponse:
+    """Label the version ``report`` ran ``production`` (the compare page's
+    button): chats run it from the next message on. Audited."""
+    _operator(request)
+    report = services.report_find(report_id)
+    if report is None:
+        raise Http404("No such evaluation.")
+    try:
+        label = services.report_promote(report=report, user=request.user)
+    except services.EvalError as exc:
+        if exc.kind is ErrorKind.FORBIDDEN:
+            raise PermissionDenied(str(exc)) from exc
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"{report.agent.name}: production is now v{label.version.number}.",
+        )
+    target = reverse("eval", args=[report.pk])
+    compare = request.POST.get("compare", "")
+    return redirect(f"{target}?compare={compare}" if compare else target)
 
 
 def _runs_suites() -> list[Suite]:

@@ -36,7 +36,7 @@ from gateway.selectors import carried_taint
 from infra import runtime
 from registry.access import may_use_agent
 from registry.models import Agent
-from registry.services import agent_snapshot_of
+from registry.services import agent_snapshot_of, version_resolve
 from runs import selectors
 from runs.api.auth import token_user
 from runs.models import Step, Task
@@ -91,8 +91,10 @@ def gateway_agent(*, name: str | None = None, user: Any = None) -> Agent:
 
 def gateway_tools(*, agent: Agent, user: Any = None) -> list[dict[str, Any]]:
     """The tool definitions a run of ``agent`` is offered (enabled, confirmed);
-    with ``user``, only those that user may use (registry.access)."""
-    return [dict(d) for d in agent_snapshot_of(agent, user=user).tools]
+    with ``user``, only those that user may use (registry.access). Those of the
+    version its runs run (registry.versions), as the call's snapshot will be."""
+    snapshot = agent_snapshot_of(agent, user=user, version=version_resolve(agent))
+    return [dict(d) for d in snapshot.tools]
 
 
 def gateway_call_start(

@@ -14,7 +14,8 @@ from approvals.models import ApprovalRoute
 from automations.seed import seed_demo_schedule
 from effects.models import Note
 from memory.seed import seed_memory_tools
-from registry.models import Agent, Tool
+from registry import versions
+from registry.models import Agent, AgentLabel, AgentVersion, Tool
 from registry.services import agent_handoffs_set, tool_save
 
 DEMO_NOTES = [
@@ -129,6 +130,14 @@ ASSISTANT_INSTRUCTIONS = (
     "search_notes to look things up in the team's project notes, calculate for "
     "every calculation (never compute in your head). Answer briefly in the user's "
     "language and name the note you used."
+)
+
+#: The demo's candidate (v2): an edit a newcomer compares with production (v1)
+#: and promotes.
+ASSISTANT_INSTRUCTIONS_V2 = (
+    ASSISTANT_INSTRUCTIONS
+    + " When a note gives a budget expression, calculate it and give the total "
+    "first, then the note's title."
 )
 
 TRIAGE_INSTRUCTIONS = (
@@ -309,3 +318,26 @@ def seed_demo_routes() -> list[str]:
             route.escalation_groups.add(Group.objects.get(name=escalation))
         created.append(f"route {name}")
     return created
+
+
+@transaction.atomic
+def seed_demo_versions() -> list[str]:
+    """The assistant's two versions (``manage.py seed_demo``): v1 labelled
+    production, an edited v2 labelled candidate, to compare and promote. Only
+    for an assistant still at its first version with no label (never over an
+    operator's edits)."""
+    assistant = Agent.objects.filter(name="assistant").first()
+    if assistant is None or AgentLabel.objects.filter(agent=assistant).exists():
+        return []
+    first = list(AgentVersion.objects.filter(agent=assistant))
+    if len(first) != 1:
+        return []
+    assistant.instructions = ASSISTANT_INSTRUCTIONS_V2
+    with versions.versions_deferred():
+        assistant.save()
+    candidate = versions.version_record(assistant, note="demo seed: an edit to compare")
+    if candidate is None:
+        return []
+    versions.label_move(agent=assistant, name=versions.PRODUCTION, version=first[0])
+    versions.label_move(agent=assistant, name=versions.CANDIDATE, version=candidate)
+    return ["agent assistant v2 (candidate; v1 is production)"]

@@ -100,6 +100,11 @@ urlpatterns = [
     path("evals/", evals_views.eval_list, name="evals"),
     path("evals/<uuid:report_id>/", evals_views.eval_detail, name="eval"),
     path(
+        "evals/<uuid:report_id>/promote/",
+        evals_views.eval_promote,
+        name="eval-promote",
+    ),
+    path(
         "evals/from-run/<uuid:task_id>/",
         evals_views.eval_from_run,
         name="eval-from-run",

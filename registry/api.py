@@ -18,11 +18,17 @@ from rest_framework.views import APIView
 
 from engine.planning import TOOL_NAME_RE
 from infra.api.common import paginate
-from registry.access import offered_tools_for, usable_agents, usable_tools_of
-from registry.models import Tool
+from registry import access
+from registry.access import usable_agents, usable_tools_of
+from registry.models import Agent, Tool
 from registry.payloads import TOOL_FIELDS, TOOL_REQUIRED_FIELDS, tool_definition
 from registry.permissions import can_register_tools
-from registry.services import handoffs_of, tool_from_definition, tool_save
+from registry.services import (
+    agent_as_run,
+    handoffs_of,
+    tool_from_definition,
+    tool_save,
+)
 
 
 class AgentSchema(serializers.Serializer):
@@ -93,23 +99,25 @@ class AgentList(APIView):
     def get(self, request: Request) -> Response:
         agents = usable_agents(request.user).order_by("-created_at", "-id")
         page, headers = paginate(request, agents)
-        return Response(
-            [
-                {
-                    "name": a.name,
-                    "description": a.description,
-                    "model": a.effective_model,
-                    "tools": [t.name for t in offered_tools_for(a, request.user)],
-                    "default": a.is_default,
-                    # No query for an agent without handoff targets.
-                    "handoffs": (
-                        [t["agent"] for t in handoffs_of(a)] if a.has_handoffs else []
-                    ),
-                }
-                for a in page
+        return Response([self._agent(a, request.user) for a in page], headers=headers)
+
+    @staticmethod
+    def _agent(agent: Agent, user: Any) -> dict[str, Any]:
+        # As a run started now would use it: the version chats run.
+        running, names = agent_as_run(agent)
+        return {
+            "name": agent.name,
+            "description": agent.description,
+            "model": running.effective_model,
+            "tools": [
+                t.name for t in access.usable_tools(user, running.offered_tools(names))
             ],
-            headers=headers,
-        )
+            "default": agent.is_default,
+            # No query for an agent without handoff targets.
+            "handoffs": (
+                [t["agent"] for t in handoffs_of(agent)] if agent.has_handoffs else []
+            ),
+        }
 
 
 def _listed_tools(user: Any) -> QuerySet[Tool]:

@@ -12,10 +12,13 @@ class RegistryConfig(AppConfig):
 
     def ready(self) -> None:
         from infra import runtime
+        from registry import versions
         from registry.secrets import secret_values
 
         # The secret store the redactor reads.
         runtime.secret_store.fill(secret_values)
+        # Every save of an agent is a version (registry.versions).
+        versions.connect()
         # The operator's extra tool modules, whose handlers register themselves
         # on import.
         for module in getattr(settings, "REACH_EXTRA_TOOL_MODULES", []):

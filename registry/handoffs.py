@@ -24,6 +24,7 @@ from registry.services import (
     snapshot_priced,
     snapshot_routed,
     toolbox_for_snapshot,
+    version_resolve,
 )
 
 
@@ -56,7 +57,10 @@ class RegistryHandoffs:
                 f"The user of this conversation may not use the agent '{target}', "
                 "so it was not handed to it; go on without that agent."
             )
-        snapshot = snapshot_priced(agent_snapshot_of(agent, user=self.user))
+        # The target's version a chat of it would run (registry.versions).
+        snapshot = snapshot_priced(
+            agent_snapshot_of(agent, user=self.user, version=version_resolve(agent))
+        )
         routed, _ = snapshot_routed(snapshot, self.goal)
         return routed
 

@@ -5,6 +5,7 @@ The tables keep the names they had in the ``agents`` app (``db_table``).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
@@ -173,17 +174,92 @@ class Agent(_Registered):
             return None
         return Routing(toolsets=tuple(toolsets), ask_model=self.route_by_model)
 
-    def offered_tools(self) -> list[Tool]:
-        """Enabled, confirmed tools chosen by name or by tag, in name order."""
-        named = set(self.tools.values_list("pk", flat=True))
+    def offered_tools(self, names: Collection[str] | None = None) -> list[Tool]:
+        """Enabled, confirmed tools chosen by name or by tag, in name order.
+
+        ``names``: the tools chosen by name as a version recorded them (no query
+        of the live choice).
+        """
+        named = set(
+            self.tools.values_list("name", flat=True) if names is None else names
+        )
         tags = set(self.tool_tags or [])
         return [
             tool
             for tool in Tool.objects.filter(enabled=True, confirmed=True)
             .select_related("mcp_server")
             .order_by("name")
-            if tool.pk in named or tags.intersection(tool.tags or [])
+            if tool.name in named or tags.intersection(tool.tags or [])
         ]
+
+
+#: What an agent version records (registry.versions): every field a run of it
+#: reads but its handoffs and who may use it. ``tools`` is kept by name.
+AGENT_VERSIONED_FIELDS = (
+    "instructions",
+    "model",
+    "tools",
+    "tool_tags",
+    "toolsets",
+    "route_by_model",
+    "max_steps",
+    "max_tool_calls",
+    "tool_error_limit",
+    "consecutive_failure_limit",
+    "time_budget_s",
+    "token_budget",
+    "context_budget_tokens",
+    "parallel_tool_calls",
+    "max_cost_usd",
+    "on_approval_expired",
+    "max_handoffs",
+)
+
+
+class AgentVersion(models.Model):
+    """An agent as one save left it (:data:`AGENT_VERSIONED_FIELDS`), numbered
+    from 1 per agent; a run records the one it used (``Task.agent_version``)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    snapshot = models.JSONField()
+    #: Why it was made, when not a plain edit ("rollback to v2", "demo seed").
+    note = models.CharField(max_length=200, blank=True)
+    changed_by = optional_user()
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["agent__name", "-number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "number"], name="uniq_agent_version"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} v{self.number}"
+
+
+class AgentLabel(models.Model):
+    """A name (``production``, ``candidate``, any) pointing at one version of an
+    agent; chats and the API run the version labelled ``production``."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="labels")
+    name = models.SlugField(max_length=64)
+    version = models.ForeignKey(
+        AgentVersion, on_delete=models.PROTECT, related_name="labels"
+    )
+    moved_by = optional_user()
+    moved_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["agent__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "name"], name="uniq_agent_label")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}@{self.name}"
 
 
 class Handoff(models.Model):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.backends.base.operations import BaseDatabaseOperations
 from django.utils import timezone
 
@@ -28,7 +29,16 @@ from registry import access
 from registry.adapters import mcp as mcp_adapter
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
 from registry.handlers import get_handler, handler_names
-from registry.models import Agent, Handoff, MCPServer, Tool, ToolVersion
+from registry.models import (
+    AGENT_VERSIONED_FIELDS,
+    Agent,
+    AgentLabel,
+    AgentVersion,
+    Handoff,
+    MCPServer,
+    Tool,
+    ToolVersion,
+)
 from registry.models import ModelPrice as PriceRow
 from registry.payloads import (
     TOOL_FIELDS,
@@ -233,14 +243,98 @@ def spec_for(tool: Tool) -> ToolSpec:
     return spec
 
 
-def agent_snapshot_of(agent: Agent, *, user: Any = None) -> AgentSnapshot:
+#: The label whose version chats run (registry.versions).
+PRODUCTION = "production"
+
+
+def version_resolve(agent: Agent | Any) -> AgentVersion | None:
+    """The version a chat of ``agent`` runs: the one labelled ``production``,
+    else the newest; None for an agent with no version. One query, in raw SQL:
+    it is on the path of every message a chat accepts."""
+    agent_id = agent.pk if isinstance(agent, Agent) else agent
+    with connection.cursor() as cursor:
+        cursor.execute(_resolve_sql(), [PRODUCTION, agent_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    pk, number, snapshot = row
+    field = AgentVersion._meta.get_field("snapshot")
+    return AgentVersion(
+        pk=pk,
+        agent_id=agent_id,
+        number=number,
+        snapshot=field.from_db_value(snapshot, None, connection),  # type: ignore[attr-defined]
+    )
+
+
+@functools.cache
+def _resolve_sql() -> str:
+    def q(name: str) -> str:
+        return connection.ops.quote_name(name)
+
+    versions, labels = (
+        q(AgentVersion._meta.db_table),
+        q(AgentLabel._meta.db_table),
+    )
+    return (
+        f"SELECT v.{q('id')}, v.{q('number')}, v.{q('snapshot')} "  # noqa: S608
+        f"FROM {versions} v LEFT JOIN {labels} l "
+        f"ON l.{q('version_id')} = v.{q('id')} AND l.{q('name')} = %s "
+        f"WHERE v.{q('agent_id')} = %s "
+        f"ORDER BY CASE WHEN l.{q('id')} IS NULL THEN 0 ELSE 1 END DESC, "
+        f"v.{q('number')} DESC LIMIT 1"
+    )
+
+
+def agent_as_of(agent: Agent, version: AgentVersion) -> tuple[Agent, list[str]]:
+    """An unsaved copy of ``agent`` with ``version``'s fields, and the names of
+    the tools that version chose (:meth:`Agent.offered_tools` takes them)."""
+    copy = Agent()
+    for field in Agent._meta.concrete_fields:
+        setattr(copy, field.attname, getattr(agent, field.attname))
+    copy._state.adding = False
+    names: list[str] = []
+    for name, value in version.snapshot.items():
+        if name == "tools":
+            names = list(value or [])
+        elif name in AGENT_VERSIONED_FIELDS:
+            setattr(copy, name, value)
+    return copy, names
+
+
+def agent_as_run(agent: Agent) -> tuple[Agent, list[str] | None]:
+    """``agent`` as a run started now would use it (the version chats run,
+    :func:`version_resolve`) and the tools that version chose by name; the live
+    row and None for an agent without versions."""
+    version = version_resolve(agent)
+    if version is None:
+        return agent, None
+    return agent_as_of(agent, version)
+
+
+def offered_tools_now(agent: Agent, user: Any) -> list[Tool]:
+    """The tools a run of ``agent`` started now offers ``user`` (what the chat
+    page and ``GET /api/agents/`` list)."""
+    running, names = agent_as_run(agent)
+    return access.usable_tools(user, running.offered_tools(names))
+
+
+def agent_snapshot_of(
+    agent: Agent, *, user: Any = None, version: AgentVersion | None = None
+) -> AgentSnapshot:
     """The agent as a run will use it: instructions, model, limits and tools.
 
     With ``user`` (the run's owner) only the tools that user may use are in it
     (:mod:`registry.access`): the run offers the model nothing else, and a call
-    of any other tool is planned as a call of an unknown tool.
+    of any other tool is planned as a call of an unknown tool. With ``version``
+    (:mod:`registry.versions`) its fields are that version's, not the live
+    row's; the handoffs stay the agent's.
     """
-    tools = agent.offered_tools()
+    if version is not None:
+        agent, names = agent_as_of(agent, version)
+        tools = agent.offered_tools(names)
+    else:
+        tools = agent.offered_tools()
     if user is not None:
         tools = access.usable_tools(user, tools)
     routing = agent.routing()

@@ -156,6 +156,9 @@ class Task(models.Model):
     inherited_taint = models.JSONField(null=True, blank=True)
     # The agent as this run used it: instructions, limits and tool definitions.
     agent_snapshot = models.JSONField(default=dict, blank=True)
+    # The number of the agent's version it ran (registry.AgentVersion); null on
+    # runs from before versions, imported ones, and an agent without any.
+    agent_version = models.PositiveIntegerField(null=True, blank=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )

@@ -89,6 +89,7 @@ TASK_PAYLOAD_FIELDS = (
     "cost_usd",
     "intent",
     "source",
+    "agent_version",
     "step_count",
     "parent_id",
     "parent_seq",
@@ -143,6 +144,8 @@ def task_payload(task: Task) -> dict[str, Any]:
         "intent": task.intent,
         # What started a run no one typed ("schedule:<id>", "trigger:<id>").
         "source": task.source or None,
+        # The number of the agent's version it ran; null before versions.
+        "agent_version": task.agent_version,
     }
 
 

@@ -97,6 +97,17 @@ def filter_equal(
     return rows
 
 
+def filter_agent_version(rows: QuerySet[Any], value: str | None) -> QuerySet[Any]:
+    """Runs of the agent version numbered ``value`` (``3`` or ``v3``); a value
+    that is no number matches none, an empty one leaves ``rows`` as they are."""
+    text = (value or "").strip().lstrip("v")
+    if not text:
+        return rows
+    if not text.isdigit():
+        return rows.none()
+    return rows.filter(agent_version=int(text))
+
+
 def filter_tainted(rows: QuerySet[Any], choice: str | None) -> QuerySet[Any]:
     """``yes``: only rows that read untrusted output; ``no``: only the others."""
     if choice == "yes":

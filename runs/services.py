@@ -25,7 +25,13 @@ from infra import runtime
 from infra.errors import ErrorKind, ServiceError
 from registry.access import may_use_agent
 from registry.adapters.outbound import internal_url_problem
-from registry.services import agent_snapshot_of, snapshot_priced, snapshot_routed
+from registry.models import AgentVersion
+from registry.services import (
+    agent_snapshot_of,
+    snapshot_priced,
+    snapshot_routed,
+    version_resolve,
+)
 from runs import events as notify
 from runs import ports
 
@@ -196,6 +202,7 @@ def task_start(
     enforce_budget: bool = False,
     routed: bool = True,
     source: str = "",
+    agent_version: AgentVersion | None = None,
 ) -> Task:
     """Record the user's message and a new task for it; enqueue it after commit.
 
@@ -205,7 +212,9 @@ def task_start(
     retries and evaluations are operators' and are not refused). ``routed``
     False offers every tool whatever the agent's toolsets (a call that names
     its tool, as the MCP gateway's do). ``source`` names what started a run
-    no one typed (``"schedule:<id>"``, ``"trigger:<id>"``).
+    no one typed (``"schedule:<id>"``, ``"trigger:<id>"``). ``agent_version``
+    runs that version of the agent (an evaluation's); by default the one
+    labelled ``production``, else the newest (:mod:`registry.versions`).
 
     The run's price is read here, once, into its snapshot; so is its route
     when the agent's toolset rules pick one (:mod:`engine.routing`).
@@ -245,7 +254,10 @@ def task_start(
                 "This conversation holds an imported trace; it is read-only."
             )
         now = timezone.now()
-        snapshot = agent_snapshot_of(conversation.agent, user=conversation.owner)
+        version = agent_version or version_resolve(conversation.agent)
+        snapshot = agent_snapshot_of(
+            conversation.agent, user=conversation.owner, version=version
+        )
         if model:
             snapshot = snapshot.replace(model=model)
         snapshot = snapshot_priced(snapshot)
@@ -268,6 +280,7 @@ def task_start(
             model=snapshot.model,
             goal=content,
             agent_snapshot=snapshot.to_json(),
+            agent_version=version.number if version is not None else None,
             tainted_by=taint,
             inherited_taint=list(taint),
             parent=parent,
@@ -301,7 +314,8 @@ def task_start(
             task_id=task.pk,
             actor=conversation.owner,
             data={"agent": conversation.agent.name, "model": task.model}
-            | ({"intent": task.intent} if task.intent else {}),
+            | ({"intent": task.intent} if task.intent else {})
+            | ({"agent_version": task.agent_version} if version else {}),
         )
         celery_tasks.enqueue_advance(task.pk)
         if memory is None:

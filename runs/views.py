@@ -12,8 +12,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from infra.views import post_only
-from registry.access import may_use_agent, offered_tools_for, usable_agents
+from registry.access import may_use_agent, usable_agents
 from registry.models import Agent
+from registry.services import offered_tools_now
 from runs import selectors
 from runs import services as runs
 from runs.budgets import budget_status
@@ -115,7 +116,7 @@ def chat(request: HttpRequest, conversation_id: Any = None) -> HttpResponse:
             "agents": usable_agents(request.user).order_by("name"),
             "agent_usable": usable,
             "offered_tools": (
-                offered_tools_for(agent, request.user) if agent and usable else []
+                offered_tools_now(agent, request.user) if agent and usable else []
             ),
             "active_task": active,
             # A busy conversation that queues keeps its message box open.

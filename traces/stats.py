@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDate
 
 from approvals.models import ApprovalRequest
@@ -184,6 +184,48 @@ def runs_per_intent(tasks: QuerySet[Task]) -> list[tuple[str, int, float | None]
             str(r["intent"]),
             int(r["n"]),
             float(r["cost"]) if r["cost"] is not None else None,
+        )
+        for r in rows
+    ]
+
+
+@dataclass(frozen=True)
+class VersionStats:
+    """The runs of one version of one agent (registry.AgentVersion)."""
+
+    agent: str
+    version: int | None
+    runs: int
+    succeeded: int
+    tokens: int
+    cost_usd: float | None
+
+    @property
+    def success_rate(self) -> float:
+        return self.succeeded / self.runs if self.runs else 0.0
+
+
+def runs_per_version(tasks: QuerySet[Task]) -> list[VersionStats]:
+    """Runs, successes, tokens and cost per agent and version (None: runs from
+    before versions), by agent, newest version first."""
+    rows = (
+        tasks.values("agent__name", "agent_version")
+        .annotate(
+            n=Count("id"),
+            ok=Count("id", filter=Q(status=Task.Status.SUCCEEDED)),
+            tokens=Sum("total_tokens"),
+            cost=Sum("cost_usd"),
+        )
+        .order_by("agent__name", F("agent_version").desc(nulls_last=True))
+    )
+    return [
+        VersionStats(
+            agent=str(r["agent__name"]),
+            version=r["agent_version"],
+            runs=int(r["n"]),
+            succeeded=int(r["ok"]),
+            tokens=int(r["tokens"] or 0),
+            cost_usd=float(r["cost"]) if r["cost"] is not None else None,
         )
         for r in rows
     ]

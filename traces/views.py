@@ -37,7 +37,13 @@ from infra.views import template_enum
 from registry.models import Agent
 from runs import ports
 from runs.models import Message, Step, Task
-from runs.selectors import filter_equal, filter_tainted, visible_task, visible_tasks
+from runs.selectors import (
+    filter_agent_version,
+    filter_equal,
+    filter_tainted,
+    visible_task,
+    visible_tasks,
+)
 from traces import charts, stats
 from traces.replay import policy_decision
 
@@ -55,6 +61,7 @@ FILTERS = (
     "conversation",
     "intent",
     "source",
+    "agent_version",
     "q",
 )
 PAGE_SIZE = 50
@@ -99,6 +106,7 @@ def filter_tasks(tasks: QuerySet[Task], params: Any) -> QuerySet[Task]:
     elif params.get("approvals") == "no":
         tasks = tasks.exclude(approvals)
     tasks = filter_tainted(tasks, params.get("tainted"))
+    tasks = filter_agent_version(tasks, params.get("agent_version"))
     origin = params.get("origin")
     if origin == "imported":
         tasks = tasks.filter(origin__isnull=False)
@@ -553,6 +561,7 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
         "agent": request.GET.get("agent", ""),
         "user": request.GET.get("user", "") if can_audit(request.user) else "",
         "intent": request.GET.get("intent", ""),
+        "agent_version": request.GET.get("agent_version", ""),
     }
     tasks = filter_tasks(visible_tasks(request.user), params)
     tools = stats.tool_stats(tasks)
@@ -665,6 +674,7 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
             ],
             "top_users": stats.top_users(tasks),
             "intent_rows": intents,
+            "version_rows": stats.runs_per_version(tasks),
             "intents": intents_of(visible_tasks(request.user)),
             "filters": params,
             "agents": agents_of(visible_tasks(request.user)),

@@ -76,6 +76,12 @@ class TaskSchema(serializers.Serializer):
         help_text="The route chosen for the turn (toolset tags joined by +, none "
         "or general); null when the agent has no toolsets",
     )
+    agent_version = serializers.IntegerField(
+        allow_null=True,
+        required=False,
+        help_text="The number of the agent's version it ran (the one labelled "
+        "production, else the newest); null on runs from before versions",
+    )
 
 
 class StepSchema(serializers.ModelSerializer):

@@ -202,13 +202,23 @@ class TaskList(APIView):
         parameters=[
             OpenApiParameter(
                 "intent", str, description="Only runs given this intent (route)"
-            )
+            ),
+            OpenApiParameter("agent", str, description="Only runs of this agent"),
+            OpenApiParameter(
+                "agent_version",
+                int,
+                description="Only runs of this version of their agent",
+            ),
         ],
     )
     def get(self, request: Request) -> Response:
         tasks = selectors.own_tasks(request.user)
         if intent := request.query_params.get("intent"):
             tasks = tasks.filter(intent=intent)
+        if agent := request.query_params.get("agent"):
+            tasks = tasks.filter(agent__name=agent)
+        if (version := request.query_params.get("agent_version")) is not None:
+            tasks = selectors.filter_agent_version(tasks, version)
         page, headers = paginate(request, tasks.order_by("-created_at"))
         return Response([redacted(task_payload(t)) for t in page], headers=headers)
 

@@ -34,7 +34,11 @@ class Command(BaseCommand):
             help="exit 1 when the suite's success rate is below this (0..1)",
         )
         parser.add_argument(
-            "--compare", metavar="REPORT_ID", help="list cases that regressed since"
+            "--compare",
+            metavar="REPORT_ID_OR_VERSION",
+            help="a report's id: list the cases that regressed since; or another "
+            "version of the agent (a label such as production, or v3): run it on "
+            "the same cases too and print per case which got better or worse",
         )
         parser.add_argument(
             "--as",
@@ -45,10 +49,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         user = self._user(options["username"])
         baseline = None
+        other_version = None
         if options["compare"]:
             baseline = services.report_find(options["compare"])
             if baseline is None:
-                raise CommandError(f"No evaluation {options['compare']} to compare.")
+                # Not a report: another version of the agent, run here too.
+                other_version = options["compare"]
         try:
             suite = services.suite_resolve(options["suite"])
             report = services.report_create(
@@ -59,13 +65,52 @@ class Command(BaseCommand):
                 runs=options["runs"],
                 concurrency=options["concurrency"],
             )
+            if other_version is not None:
+                baseline = services.report_create_compared(
+                    report=report,
+                    baseline=other_version,
+                    user=user,
+                    model=options["model"],
+                )
         except services.EvalError as exc:
             raise CommandError(str(exc)) from exc
         quiet = options["json"]
+        report = self._drive(report, quiet)
+        if other_version is not None:
+            assert baseline is not None
+            baseline = self._drive(baseline, quiet)
+        document = services.report_view(report)
+        if other_version is not None:
+            assert baseline is not None
+            document["baseline"] = services.report_view(baseline)
+            document["changes"] = services.report_changes(report, baseline)
+        elif baseline is not None:
+            document["regressions"] = services.report_compare(report, baseline)
+            document["compared_with"] = str(baseline.pk)
+        if quiet:
+            self.stdout.write(json.dumps(document, ensure_ascii=False, indent=2))
+        elif other_version is not None:
+            self.stdout.write(render_table(document["baseline"]))
+            self.stdout.write("")
+            self.stdout.write(render_table(document))
+            self.stdout.write("")
+            self.stdout.write(render_changes(document))
+        else:
+            self.stdout.write(render_table(document))
+        floor = options["min_success"]
+        rate = document["summary"]["success_rate"]
+        if floor is not None and rate < floor:
+            self.stderr.write(f"success rate {rate:.2f} is below {floor:.2f}")
+            sys.exit(1)
+
+    def _drive(self, report: Any, quiet: bool) -> Any:
         if not quiet:
+            version = (
+                f" v{report.agent_version}" if report.agent_version is not None else ""
+            )
             self.stderr.write(
-                f"evaluating {suite.name} on {report.agent.name} ({report.model}); "
-                f"report {report.pk}"
+                f"evaluating {report.suite.name} on {report.agent.name}{version} "
+                f"({report.model}); report {report.pk}"
             )
             if not services.workers_alive():
                 self.stderr.write(
@@ -79,20 +124,7 @@ class Command(BaseCommand):
                 last[0] = done
                 self.stderr.write(f"  {done}/{total} runs done")
 
-        report = services.report_drive(report, on_progress=progress)
-        document = services.report_view(report)
-        if baseline is not None:
-            document["regressions"] = services.report_compare(report, baseline)
-            document["compared_with"] = str(baseline.pk)
-        if quiet:
-            self.stdout.write(json.dumps(document, ensure_ascii=False, indent=2))
-        else:
-            self.stdout.write(render_table(document))
-        floor = options["min_success"]
-        rate = document["summary"]["success_rate"]
-        if floor is not None and rate < floor:
-            self.stderr.write(f"success rate {rate:.2f} is below {floor:.2f}")
-            sys.exit(1)
+        return services.report_drive(report, on_progress=progress)
 
     def _user(self, username: str | None) -> Any:
         users = get_user_model().objects
@@ -116,6 +148,47 @@ def _num(value: float | None, unit: str = "") -> str:
     return "—" if value is None else f"{value:.1f}{unit}"
 
 
+def _side(side: dict[str, Any] | None) -> str:
+    if side is None:
+        return f"{'—':>22}"
+    lo, hi = side["success_ci95"]
+    rate = _pct(side["success_rate"])
+    return f"{side['passed']:>2}/{side['runs']:<2} {rate:>5} ({lo:.2f}-{hi:.2f})"
+
+
+def _version(document: dict[str, Any]) -> str:
+    number = document.get("agent_version")
+    return f"{document['agent']} v{number}" if number is not None else document["agent"]
+
+
+def render_changes(document: dict[str, Any]) -> str:
+    """Per case, the baseline's and this report's results and which did better."""
+    base, this = _version(document["baseline"]), _version(document)
+    head = f"{'case':<34} {base:>22} {this:>22}  change"
+    lines = [f"{this} compared with {base}", head, "-" * len(head)]
+    counts = {"better": 0, "worse": 0, "same": 0, "only": 0}
+    for change in document["changes"]:
+        counts[change["verdict"]] += 1
+        note = change["verdict"].upper()
+        if change["verdict"] in ("better", "worse"):
+            note += "" if change["clear"] else " (intervals overlap)"
+        lines.append(
+            f"{change['id'][:34]:<34} {_side(change['before'])} "
+            f"{_side(change['after'])}  {note}"
+        )
+    lines.append("-" * len(head))
+    s, b = document["summary"], document["baseline"]["summary"]
+    lines.append(
+        f"{counts['better']} better, {counts['worse']} worse, {counts['same']} the "
+        f"same · success {_pct(b['success_rate'])} -> {_pct(s['success_rate'])}"
+    )
+    lines.append(
+        "promote: manage.py agent_label "
+        f"{document['agent']} v{document.get('agent_version')} --to production"
+    )
+    return "\n".join(lines)
+
+
 def render_table(document: dict[str, Any]) -> str:
     """The report as a plain table, one line a case, then the summary."""
     head = (
@@ -123,7 +196,7 @@ def render_table(document: dict[str, Any]) -> str:
         f"{'args':>5} {'unauth':>6} {'steps':>5} {'tokens':>7} {'p95 s':>6}"
     )
     lines = [
-        f"{document['suite']} · agent {document['agent']} · model "
+        f"{document['suite']} · agent {_version(document)} · model "
         f"{document['model']} · {document['runs_per_case']} run(s) per case",
         head,
         "-" * len(head),

@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from reach_site.demo import demo_password, seed_demo
+from reach_site.demo import demo_password, seed_demo, seed_demo_versions
 
 
 class Command(BaseCommand):
@@ -22,7 +22,9 @@ class Command(BaseCommand):
         if options["if_enabled"] and not settings.REACH_SEED_DEMO:
             self.stdout.write("REACH_SEED_DEMO is off: no demo data.")
             return
-        created = seed_demo()
+        # The versions come after (and apart from) the seed the tests share:
+        # a production label would hold their edits of the agent back.
+        created = seed_demo() + seed_demo_versions()
         if created:
             self.stdout.write("Created: " + ", ".join(created))
         else:
