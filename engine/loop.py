@@ -6,6 +6,9 @@ back through it before acting on it. The model's reply is persisted, with the
 calls it proposes, before any of those calls runs; so a crash never asks the
 model again for a call it already proposed, and a resumed run continues exactly
 where the last committed step left it.
+
+The port the loop drives a run through is :mod:`engine.journal` (its types are
+importable from here too, as before they had a module of their own).
 """
 
 from __future__ import annotations
@@ -17,8 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 from .canonical import canonical_hash, dumps
 from .context import (
@@ -36,6 +38,7 @@ from .handoff import (
     transfer_target,
     with_transfers,
 )
+from .journal import Control, Journal, LeaseLost, Outcome, RunSnapshot  # noqa: F401
 from .model_client import (
     ModelClient,
     ModelError,
@@ -71,77 +74,6 @@ from .spec import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class LeaseLost(Exception):
-    """Another worker owns the run now; stop without writing anything more."""
-
-
-class Outcome(StrEnum):
-    FINISHED = "finished"
-    PARKED = "parked"
-
-
-@dataclass
-class Control:
-    """What the journal says at a step boundary."""
-
-    cancelled: bool = False
-
-
-@dataclass
-class RunSnapshot:
-    """Everything persisted that the next step depends on."""
-
-    goal: str
-    system: str
-    model: str
-    steps: list[StepRecord]
-    usage: Usage = field(default_factory=Usage)
-    history: list[dict[str, str]] = field(default_factory=list)
-    inherited_taint: list[str] = field(default_factory=list)
-    active_seconds: float = 0.0
-
-
-class Journal(Protocol):
-    """Persistence of one run. Every write is fenced by the run's lease."""
-
-    task_id: str
-
-    def snapshot(self) -> RunSnapshot: ...
-
-    def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
-        """Persist new steps atomically (seq and rev assigned); return them.
-
-        A step may arrive finished (a turn's read that ran before its turn was
-        written, :attr:`Engine.read_window_s`): an untrusted result among them
-        taints the run as :meth:`update` would.
-        """
-        ...
-
-    def update(self, step: StepRecord) -> StepRecord:
-        """Persist a change of one step (rev bumped); return it."""
-        ...
-
-    def control(self) -> Control:
-        """Called at every step boundary; raises LeaseLost when fenced out."""
-        ...
-
-    def active_seconds(self) -> float:
-        """Active (not parked) wall-clock seconds of the run so far."""
-        ...
-
-    def park(self) -> bool:
-        """The run waits for humans: release it. False if nothing waits any more."""
-        ...
-
-    def finish(
-        self, reason: StopReason, *, answer: str | None, message: str | None
-    ) -> None: ...
-
-    def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
-        """A non-retryable call started before a crash; hand it to an operator."""
-        ...
 
 
 @dataclass
