@@ -17,16 +17,15 @@ import contextvars
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from .canonical import canonical_hash, dumps
+from .canonical import canonical_hash
 from .context import (
     TokenEstimator,
-    build_messages,
-    snapshot,
+    fitted_messages,
 )
 from .execution import Executor, select_fields
 from .handoff import (
@@ -415,88 +414,19 @@ class Engine:
     def _context(
         self, journal: Journal, steps: list[StepRecord], snap: RunSnapshot
     ) -> list[dict[str, Any]]:
-        """Build messages; compact older tool results past 80% of the budget."""
-        tools = self._tools()
-        history = list(snap.history)
-        messages = self._messages(steps, snap, history)
-        estimator = TokenEstimator.calibrated(steps)
-        budget = self.limits.context_budget_tokens
-        if estimator.estimate(messages, tools) <= 0.8 * budget:
-            return messages
-        replaced: dict[str, str] = {}
-        already = _replaced_seqs(steps)
-        last_model = max(
-            (s.seq for s in steps if s.kind is StepKind.MODEL_CALL), default=-1
-        )
-        eligible = [
-            s
-            for s in steps
-            if s.kind is StepKind.TOOL_CALL
-            and s.seq not in already
-            and s.status
-            in (StepStatus.SUCCEEDED, StepStatus.CACHED, StepStatus.DEDUPLICATED)
-        ]
-
-        def over(limit: float) -> bool:
-            trial = steps + [_compaction(replaced, _next_seq(steps))]
-            estimate = estimator.estimate(self._messages(trial, snap, history), tools)
-            return estimate > limit
-
-        def shorten(step: StepRecord) -> None:
-            text = snapshot(step, snap.goal)
-            if len(text) < len(dumps(step.result)):
-                replaced[str(step.seq)] = text
-
-        for step in (s for s in eligible if s.parent_seq != last_model):
-            shorten(step)
-            if not over(0.5 * budget):
-                break
-        if over(0.8 * budget):
-            # The latest results are the freshest data: shorten them only when the
-            # older ones were not enough, largest first.
-            latest = [s for s in eligible if s.parent_seq == last_model]
-            for step in sorted(latest, key=lambda s: -len(dumps(s.result))):
-                shorten(step)
-                if not over(0.8 * budget):
-                    break
-        # Older conversation turns go before anything of the current goal.
-        while (
-            history
-            and estimator.estimate(
-                self._messages(
-                    steps + [_compaction(replaced, _next_seq(steps))], snap, history
-                ),
-                tools,
-            )
-            > 0.8 * budget
-        ):
-            history = history[2:]
-        dropped_turns = (len(snap.history) - len(history)) // 2
-        if replaced or dropped_turns:
-            step = _compaction(replaced, _next_seq(steps))
-            step.detail[DetailKey.DROPPED_HISTORY_TURNS] = dropped_turns
-            step.detail[DetailKey.ESTIMATE_BEFORE] = estimator.estimate(messages, tools)
-            step.detail[DetailKey.BUDGET] = budget
-            compacted = self._messages(steps + [step], snap, history)
-            step.detail[DetailKey.ESTIMATE_AFTER] = estimator.estimate(compacted, tools)
-            steps.extend(self._append(journal, [step]))
-            snap.history = history
-            return compacted
-        return messages
-
-    def _messages(
-        self,
-        steps: Sequence[StepRecord],
-        snap: RunSnapshot,
-        history: Sequence[Mapping[str, Any]],
-    ) -> list[dict[str, Any]]:
-        return build_messages(
-            system=snap.system,
-            history=history,
-            goal=snap.goal,
-            steps=steps,
+        """Build messages; compact older tool results past 80% of the budget
+        (:func:`~engine.context.fitted_messages`), persisting the compaction."""
+        messages, compaction, history = fitted_messages(
+            steps,
+            snap,
             specs=self.toolbox.specs,
+            tools=self._tools(),
+            budget=self.limits.context_budget_tokens,
         )
+        if compaction is not None:
+            steps.extend(self._append(journal, [compaction]))
+            snap.history = history
+        return messages
 
     @staticmethod
     def _finish_interrupted(journal: Journal, stop: _Interrupted) -> None:
@@ -933,26 +863,6 @@ def run_cost(steps: Sequence[StepRecord]) -> float:
         and s.cost_usd is not None
         and DetailKey.COPIED_FROM not in s.detail
     )
-
-
-def _compaction(replaced: Mapping[str, str], seq: int) -> StepRecord:
-    now = utcnow()
-    return StepRecord(
-        seq=seq,
-        kind=StepKind.COMPACTION,
-        status=StepStatus.SUCCEEDED,
-        detail={DetailKey.REPLACED: dict(replaced)},
-        started_at=now,
-        finished_at=now,
-    )
-
-
-def _replaced_seqs(steps: Sequence[StepRecord]) -> set[int]:
-    seqs: set[int] = set()
-    for step in steps:
-        if step.kind is StepKind.COMPACTION:
-            seqs.update(int(s) for s in StepDetail(step.detail).replaced)
-    return seqs
 
 
 def _handed_off(steps: Sequence[StepRecord]) -> bool:
