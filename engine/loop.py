@@ -29,11 +29,11 @@ from .context import (
 )
 from .execution import Executor, select_fields
 from .handoff import (
-    HandoffRecord,
-    HandoffRefused,
     Handoffs,
-    acting_agent,
-    run_limits,
+    any_handoff,
+    hand_off,
+    open_port,
+    take_over,
     transfer_target,
     with_transfers,
 )
@@ -47,7 +47,7 @@ from .model_client import (
     reply_stream,
 )
 from .planning import Planner
-from .pricing import ModelPrice, format_usd, snapshot_price
+from .pricing import ModelPrice, format_usd
 from .redaction import Redactor
 from .routing import Route, Routing, recorded_route
 from .spec import (
@@ -135,7 +135,7 @@ class Engine:
             routed = True
         # Only a run whose agent may hand off (or a fork of one that did) follows.
         follow = self.agent is not None and (
-            bool(self.agent.handoffs) or _handed_off(steps)
+            bool(self.agent.handoffs) or any_handoff(steps)
         )
         if follow:
             # Resumed after a handoff: the open turn is its proposer's.
@@ -311,61 +311,29 @@ class Engine:
         its instructions, model, price and tools, under the run's limits
         tightened by it. True when another agent took over."""
         assert self.agent is not None
-        seq, acting = acting_agent(steps, self.agent, before_seq=before_seq)
-        if seq == self._acting_seq:
+        took = take_over(
+            steps,
+            self.agent,
+            acting_seq=self._acting_seq,
+            start_limits=self._start_limits,
+            port=self._handoffs,
+            before_seq=before_seq,
+        )
+        if took is None:
             return False
-        toolbox = self._handoffs().toolbox(acting)
-        self.toolbox = with_transfers(toolbox, acting)
         # The target's own tools, whatever the first agent's toolsets chose.
-        self.routing = None
-        self.limits = run_limits(self._start_limits, steps, before_seq=before_seq)
-        self.price = snapshot_price(acting.extra)
-        snap.system = acting.system_prompt
-        snap.model = acting.model or snap.model
-        self._acting, self._acting_seq = acting, seq
-        self._agent_name = acting.name or self._agent_name
-        log.info("agent %s acts from step %s on", acting.name, seq)
+        self.toolbox, self.routing = took.toolbox, None
+        self.limits, self.price = took.limits, took.price
+        snap.system = took.agent.system_prompt
+        snap.model = took.agent.model or snap.model
+        self._acting, self._acting_seq = took.agent, took.seq
+        self._agent_name = took.agent.name or self._agent_name
+        log.info("agent %s acts from step %s on", took.agent.name, took.seq)
         return True
 
     def _handoffs(self) -> Handoffs:
-        if self._port is None:
-            if self.handoffs is None:
-                raise HandoffRefused("This run cannot hand off.")
-            self._port = self.handoffs()
+        self._port = open_port(self._port, self.handoffs)
         return self._port
-
-    def _hand_off(self, step: StepRecord, target: str) -> StepRecord:
-        """Carry out a planned transfer: the port checks it and gives the target's
-        snapshot, which the step records; a refusal fails the step, and the
-        model reads why."""
-        now = utcnow()
-        try:
-            if target == self._acting.name:
-                raise HandoffRefused(
-                    f"The agent '{target}' already handles this conversation."
-                )
-            snapshot = self._handoffs().transfer(target=target, source=self._acting)
-        except HandoffRefused as refused:
-            return step.copy(
-                status=StepStatus.FAILED,
-                error=self.redactor.text(str(refused)),
-                error_class=ErrorClass.HANDOFF_REFUSED,
-                started_at=step.started_at or now,
-                finished_at=now,
-            )
-        record = HandoffRecord(
-            source=self._acting.name, target=snapshot.name, snapshot=snapshot
-        )
-        return step.copy(
-            status=StepStatus.SUCCEEDED,
-            result={
-                "transferred_to": snapshot.name,
-                "note": f"The agent '{snapshot.name}' handles the conversation now.",
-            },
-            started_at=step.started_at or now,
-            finished_at=now,
-            detail={**step.detail, DetailKey.HANDOFF: record.to_json()},
-        )
 
     # -- routing ------------------------------------------------------------------
 
@@ -706,7 +674,13 @@ class Engine:
                 target = transfer_target(self._spec(batch[0])) or ""
                 # Safe to carry out again (nothing leaves the house): no start
                 # is persisted first.
-                done = self._hand_off(batch[0], target)
+                done = hand_off(
+                    batch[0],
+                    target,
+                    acting=self._acting,
+                    port=self._handoffs,
+                    redact=self.redactor.text,
+                )
                 self._record(journal, steps, done)
                 if self._port is not None:
                     self._port.handed_off(done)
@@ -863,15 +837,6 @@ def run_cost(steps: Sequence[StepRecord]) -> float:
         and s.cost_usd is not None
         and DetailKey.COPIED_FROM not in s.detail
     )
-
-
-def _handed_off(steps: Sequence[StepRecord]) -> bool:
-    """Whether any of ``steps`` is a handoff (a fork's copies can be)."""
-    # A plain loop, not any(): no generator call per step on every run's path.
-    for step in steps:  # noqa: SIM110
-        if DetailKey.HANDOFF in step.detail:
-            return True
-    return False
 
 
 def _replace(steps: list[StepRecord], updated: StepRecord) -> None:
