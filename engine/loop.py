@@ -14,7 +14,6 @@ importable from here too, as before they had a module of their own).
 from __future__ import annotations
 
 import contextvars
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +45,7 @@ from .model_client import (
     ReplyWatcher,
     reply_stream,
 )
+from .model_steps import cut_step, failed_model_step, model_step
 from .planning import Planner
 from .pricing import ModelPrice, format_usd
 from .redaction import Redactor
@@ -53,7 +53,6 @@ from .routing import Route, Routing, recorded_route
 from .spec import (
     FINAL_STEP_STATUSES,
     AgentSnapshot,
-    Attempt,
     CallContext,
     DetailKey,
     ErrorClass,
@@ -409,22 +408,14 @@ class Engine:
         model: str,
         detail: dict[str, Any],
     ) -> StepRecord:
-        """The model_call step of a request that failed after its retries: it
-        started with its first attempt, and took as long as all of them."""
-        now = utcnow()
-        return StepRecord(
+        """The model_call step of a request that failed after its retries
+        (:func:`~engine.model_steps.failed_model_step`)."""
+        return failed_model_step(
+            exc,
             seq=_next_seq(steps),
-            kind=StepKind.MODEL_CALL,
-            status=StepStatus.FAILED,
             model=model,
-            error=str(exc),
-            error_class=exc.kind,
-            attempts=[a.as_dict() for a in exc.attempts],
-            started_at=_first_attempt_start(exc.attempts) or now,
-            finished_at=now,
-            # A failed request is not billed; unknown without a price.
-            cost_usd=0.0 if self.price is not None else None,
             detail=detail,
+            priced=self.price is not None,
         )
 
     def _call_model(
@@ -475,27 +466,10 @@ class Engine:
                     raise _OutOfTime() from None
 
     def _cut_step(self, stop: _Interrupted, steps: Sequence[StepRecord]) -> StepRecord:
-        """The model_call step of a reply cut short by ``stop``: the text it had
-        written, marked as cut; the calls it had begun are not kept (they never
-        completed, and nothing runs after a cancel)."""
-        partial = stop.partial
-        assert partial is not None
-        now = utcnow()
-        return StepRecord(
-            seq=_next_seq(steps),
-            kind=StepKind.MODEL_CALL,
-            status=StepStatus.FAILED,
-            model=partial.model,
-            request_id=partial.request_id,
-            response=self.redactor.data(partial.message),
-            error="The run was cancelled while the model was answering; its reply "
-            "was cut.",
-            error_class=ErrorClass.CANCELLED,
-            started_at=_ago(now, partial.latency_ms),
-            finished_at=now,
-            cost_usd=None,
-            detail={DetailKey.CUT: True, DetailKey.FINISH_REASON: None},
-        )
+        """The model_call step of the reply ``stop`` cut short
+        (:func:`~engine.model_steps.cut_step`)."""
+        assert stop.partial is not None
+        return cut_step(stop.partial, seq=_next_seq(steps), redactor=self.redactor)
 
     # -- planning -----------------------------------------------------------------
 
@@ -514,31 +488,15 @@ class Engine:
         *,
         in_context: int,
     ) -> StepRecord:
-        """The model_call step of ``reply``: its usage (estimated when the
-        endpoint reported none, so it is never silently 0) and its cost."""
-        now = utcnow()
-        usage = reply.usage
-        if not reply.usage_reported:
-            completion = TokenEstimator().estimate([reply.message])
-            usage = Usage(
-                in_context, completion, in_context + completion, estimated=True
-            )
-        return StepRecord(
+        """The model_call step of ``reply``, with its usage and cost
+        (:func:`~engine.model_steps.model_step`)."""
+        return model_step(
+            reply,
             seq=_next_seq(steps),
-            kind=StepKind.MODEL_CALL,
-            status=StepStatus.SUCCEEDED,
-            model=reply.model,
-            request_id=reply.request_id,
-            response=self.redactor.data(reply.message),
-            usage=usage.as_dict(),
-            attempts=[a.as_dict() for a in reply.attempts],
-            started_at=_ago(now, reply.latency_ms),
-            finished_at=now,
-            cost_usd=self.price.cost(usage) if self.price is not None else None,
-            detail={
-                DetailKey.PROMPT_ESTIMATE: round(estimate, 1),
-                DetailKey.FINISH_REASON: reply.finish_reason,
-            },
+            estimate=estimate,
+            in_context=in_context,
+            redactor=self.redactor,
+            price=self.price,
         )
 
     def _plan(
@@ -853,18 +811,6 @@ def _within(future: Future[StepRecord], seconds: float) -> StepRecord | None:
         return future.result(timeout=seconds)
     except TimeoutError:
         return None
-
-
-def _first_attempt_start(attempts: Sequence[Attempt]) -> dt.datetime | None:
-    """When the first of ``attempts`` started (None: none, or no time known)."""
-    try:
-        return dt.datetime.fromisoformat(attempts[0].started_at) if attempts else None
-    except ValueError:
-        return None
-
-
-def _ago(now: Any, latency_ms: float) -> Any:
-    return now - dt.timedelta(milliseconds=latency_ms)
 
 
 def _next_seq(steps: Sequence[StepRecord]) -> int:
