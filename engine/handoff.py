@@ -19,10 +19,11 @@ each handoff from its record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
+from .pricing import ModelPrice, snapshot_price
 from .spec import (
     AgentSnapshot,
     DetailKey,
@@ -36,6 +37,7 @@ from .spec import (
     Toolbox,
     ToolKind,
     ToolSpec,
+    utcnow,
 )
 
 TRANSFER_PREFIX = "transfer_to_"
@@ -265,16 +267,119 @@ def handoff_refusal(
     return None
 
 
+def any_handoff(steps: Sequence[StepRecord]) -> bool:
+    """Whether any of ``steps`` is a handoff (a fork's copies can be)."""
+    # A plain loop, not any(): no generator call per step on every run's path.
+    for step in steps:  # noqa: SIM110
+        if DetailKey.HANDOFF in step.detail:
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """What the run acts with once the agent a handoff made act takes over."""
+
+    #: The handoff step that made the agent act.
+    seq: int
+    agent: AgentSnapshot
+    #: The agent's own tools, with its transfer tools.
+    toolbox: Toolbox
+    #: The run's limits, tightened by every agent that took over.
+    limits: Limits
+    price: ModelPrice | None
+
+
+def take_over(
+    steps: Sequence[StepRecord],
+    start: AgentSnapshot,
+    *,
+    acting_seq: int,
+    start_limits: Limits,
+    port: Callable[[], Handoffs],
+    before_seq: int | None = None,
+) -> Takeover | None:
+    """The agent the steps say acts (before ``before_seq``) with its tools, price
+    and the run's ``start_limits`` tightened by it; None when it is the one
+    acting already (since handoff step ``acting_seq``)."""
+    seq, acting = acting_agent(steps, start, before_seq=before_seq)
+    if seq == acting_seq:
+        return None
+    return Takeover(
+        seq=seq,
+        agent=acting,
+        toolbox=with_transfers(port().toolbox(acting), acting),
+        limits=run_limits(start_limits, steps, before_seq=before_seq),
+        price=snapshot_price(acting.extra),
+    )
+
+
+def open_port(
+    port: Handoffs | None, factory: Callable[[], Handoffs] | None
+) -> Handoffs:
+    """The run's port: ``port`` once made, else made by ``factory`` when a run
+    first needs it (None: the run cannot hand off)."""
+    if port is not None:
+        return port
+    if factory is None:
+        raise HandoffRefused("This run cannot hand off.")
+    return factory()
+
+
+def hand_off(
+    step: StepRecord,
+    target: str,
+    *,
+    acting: AgentSnapshot,
+    port: Callable[[], Handoffs],
+    redact: Callable[[str], str],
+) -> StepRecord:
+    """Carry out a planned transfer from ``acting`` to ``target``: the port
+    checks it and gives the target's snapshot, which the step records; a
+    refusal fails the step, and the model reads why (``redact``-ed)."""
+    now = utcnow()
+    try:
+        if target == acting.name:
+            raise HandoffRefused(
+                f"The agent '{target}' already handles this conversation."
+            )
+        snapshot = port().transfer(target=target, source=acting)
+    except HandoffRefused as refused:
+        return step.copy(
+            status=StepStatus.FAILED,
+            error=redact(str(refused)),
+            error_class=ErrorClass.HANDOFF_REFUSED,
+            started_at=step.started_at or now,
+            finished_at=now,
+        )
+    record = HandoffRecord(source=acting.name, target=snapshot.name, snapshot=snapshot)
+    return step.copy(
+        status=StepStatus.SUCCEEDED,
+        result={
+            "transferred_to": snapshot.name,
+            "note": f"The agent '{snapshot.name}' handles the conversation now.",
+        },
+        started_at=step.started_at or now,
+        finished_at=now,
+        detail={**step.detail, DetailKey.HANDOFF: record.to_json()},
+    )
+
+
 __all__ = [
     "MAX_TARGET_NAME",
     "TRANSFER_PREFIX",
     "HandoffRecord",
     "HandoffRefused",
     "Handoffs",
+    "Takeover",
     "acting_agent",
+    "any_handoff",
+    "hand_off",
     "handoff_refusal",
     "handoffs_taken",
+    "open_port",
     "run_limits",
+    "take_over",
     "tightened",
     "transfer_specs",
     "transfer_target",

@@ -6,36 +6,37 @@ back through it before acting on it. The model's reply is persisted, with the
 calls it proposes, before any of those calls runs; so a crash never asks the
 model again for a call it already proposed, and a resumed run continues exactly
 where the last committed step left it.
+
+The port the loop drives a run through is :mod:`engine.journal` (its types are
+importable from here too, as before they had a module of their own).
 """
 
 from __future__ import annotations
 
 import contextvars
-import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
-from .canonical import canonical_hash, dumps
+from .canonical import canonical_hash
 from .context import (
     TokenEstimator,
-    build_messages,
-    snapshot,
+    fitted_messages,
 )
 from .execution import Executor, select_fields
 from .handoff import (
-    HandoffRecord,
-    HandoffRefused,
     Handoffs,
-    acting_agent,
-    run_limits,
+    any_handoff,
+    hand_off,
+    open_port,
+    take_over,
     transfer_target,
     with_transfers,
 )
+from .journal import Control, Journal, LeaseLost, Outcome, RunSnapshot  # noqa: F401
 from .model_client import (
     ModelClient,
     ModelError,
@@ -44,14 +45,14 @@ from .model_client import (
     ReplyWatcher,
     reply_stream,
 )
+from .model_steps import cut_step, failed_model_step, model_step
 from .planning import Planner
-from .pricing import ModelPrice, format_usd, snapshot_price
+from .pricing import ModelPrice, format_usd
 from .redaction import Redactor
 from .routing import Route, Routing, recorded_route
 from .spec import (
     FINAL_STEP_STATUSES,
     AgentSnapshot,
-    Attempt,
     CallContext,
     DetailKey,
     ErrorClass,
@@ -71,77 +72,6 @@ from .spec import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class LeaseLost(Exception):
-    """Another worker owns the run now; stop without writing anything more."""
-
-
-class Outcome(StrEnum):
-    FINISHED = "finished"
-    PARKED = "parked"
-
-
-@dataclass
-class Control:
-    """What the journal says at a step boundary."""
-
-    cancelled: bool = False
-
-
-@dataclass
-class RunSnapshot:
-    """Everything persisted that the next step depends on."""
-
-    goal: str
-    system: str
-    model: str
-    steps: list[StepRecord]
-    usage: Usage = field(default_factory=Usage)
-    history: list[dict[str, str]] = field(default_factory=list)
-    inherited_taint: list[str] = field(default_factory=list)
-    active_seconds: float = 0.0
-
-
-class Journal(Protocol):
-    """Persistence of one run. Every write is fenced by the run's lease."""
-
-    task_id: str
-
-    def snapshot(self) -> RunSnapshot: ...
-
-    def append(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
-        """Persist new steps atomically (seq and rev assigned); return them.
-
-        A step may arrive finished (a turn's read that ran before its turn was
-        written, :attr:`Engine.read_window_s`): an untrusted result among them
-        taints the run as :meth:`update` would.
-        """
-        ...
-
-    def update(self, step: StepRecord) -> StepRecord:
-        """Persist a change of one step (rev bumped); return it."""
-        ...
-
-    def control(self) -> Control:
-        """Called at every step boundary; raises LeaseLost when fenced out."""
-        ...
-
-    def active_seconds(self) -> float:
-        """Active (not parked) wall-clock seconds of the run so far."""
-        ...
-
-    def park(self) -> bool:
-        """The run waits for humans: release it. False if nothing waits any more."""
-        ...
-
-    def finish(
-        self, reason: StopReason, *, answer: str | None, message: str | None
-    ) -> None: ...
-
-    def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
-        """A non-retryable call started before a crash; hand it to an operator."""
-        ...
 
 
 @dataclass
@@ -204,7 +134,7 @@ class Engine:
             routed = True
         # Only a run whose agent may hand off (or a fork of one that did) follows.
         follow = self.agent is not None and (
-            bool(self.agent.handoffs) or _handed_off(steps)
+            bool(self.agent.handoffs) or any_handoff(steps)
         )
         if follow:
             # Resumed after a handoff: the open turn is its proposer's.
@@ -380,61 +310,29 @@ class Engine:
         its instructions, model, price and tools, under the run's limits
         tightened by it. True when another agent took over."""
         assert self.agent is not None
-        seq, acting = acting_agent(steps, self.agent, before_seq=before_seq)
-        if seq == self._acting_seq:
+        took = take_over(
+            steps,
+            self.agent,
+            acting_seq=self._acting_seq,
+            start_limits=self._start_limits,
+            port=self._handoffs,
+            before_seq=before_seq,
+        )
+        if took is None:
             return False
-        toolbox = self._handoffs().toolbox(acting)
-        self.toolbox = with_transfers(toolbox, acting)
         # The target's own tools, whatever the first agent's toolsets chose.
-        self.routing = None
-        self.limits = run_limits(self._start_limits, steps, before_seq=before_seq)
-        self.price = snapshot_price(acting.extra)
-        snap.system = acting.system_prompt
-        snap.model = acting.model or snap.model
-        self._acting, self._acting_seq = acting, seq
-        self._agent_name = acting.name or self._agent_name
-        log.info("agent %s acts from step %s on", acting.name, seq)
+        self.toolbox, self.routing = took.toolbox, None
+        self.limits, self.price = took.limits, took.price
+        snap.system = took.agent.system_prompt
+        snap.model = took.agent.model or snap.model
+        self._acting, self._acting_seq = took.agent, took.seq
+        self._agent_name = took.agent.name or self._agent_name
+        log.info("agent %s acts from step %s on", took.agent.name, took.seq)
         return True
 
     def _handoffs(self) -> Handoffs:
-        if self._port is None:
-            if self.handoffs is None:
-                raise HandoffRefused("This run cannot hand off.")
-            self._port = self.handoffs()
+        self._port = open_port(self._port, self.handoffs)
         return self._port
-
-    def _hand_off(self, step: StepRecord, target: str) -> StepRecord:
-        """Carry out a planned transfer: the port checks it and gives the target's
-        snapshot, which the step records; a refusal fails the step, and the
-        model reads why."""
-        now = utcnow()
-        try:
-            if target == self._acting.name:
-                raise HandoffRefused(
-                    f"The agent '{target}' already handles this conversation."
-                )
-            snapshot = self._handoffs().transfer(target=target, source=self._acting)
-        except HandoffRefused as refused:
-            return step.copy(
-                status=StepStatus.FAILED,
-                error=self.redactor.text(str(refused)),
-                error_class=ErrorClass.HANDOFF_REFUSED,
-                started_at=step.started_at or now,
-                finished_at=now,
-            )
-        record = HandoffRecord(
-            source=self._acting.name, target=snapshot.name, snapshot=snapshot
-        )
-        return step.copy(
-            status=StepStatus.SUCCEEDED,
-            result={
-                "transferred_to": snapshot.name,
-                "note": f"The agent '{snapshot.name}' handles the conversation now.",
-            },
-            started_at=step.started_at or now,
-            finished_at=now,
-            detail={**step.detail, DetailKey.HANDOFF: record.to_json()},
-        )
 
     # -- routing ------------------------------------------------------------------
 
@@ -483,88 +381,19 @@ class Engine:
     def _context(
         self, journal: Journal, steps: list[StepRecord], snap: RunSnapshot
     ) -> list[dict[str, Any]]:
-        """Build messages; compact older tool results past 80% of the budget."""
-        tools = self._tools()
-        history = list(snap.history)
-        messages = self._messages(steps, snap, history)
-        estimator = TokenEstimator.calibrated(steps)
-        budget = self.limits.context_budget_tokens
-        if estimator.estimate(messages, tools) <= 0.8 * budget:
-            return messages
-        replaced: dict[str, str] = {}
-        already = _replaced_seqs(steps)
-        last_model = max(
-            (s.seq for s in steps if s.kind is StepKind.MODEL_CALL), default=-1
-        )
-        eligible = [
-            s
-            for s in steps
-            if s.kind is StepKind.TOOL_CALL
-            and s.seq not in already
-            and s.status
-            in (StepStatus.SUCCEEDED, StepStatus.CACHED, StepStatus.DEDUPLICATED)
-        ]
-
-        def over(limit: float) -> bool:
-            trial = steps + [_compaction(replaced, _next_seq(steps))]
-            estimate = estimator.estimate(self._messages(trial, snap, history), tools)
-            return estimate > limit
-
-        def shorten(step: StepRecord) -> None:
-            text = snapshot(step, snap.goal)
-            if len(text) < len(dumps(step.result)):
-                replaced[str(step.seq)] = text
-
-        for step in (s for s in eligible if s.parent_seq != last_model):
-            shorten(step)
-            if not over(0.5 * budget):
-                break
-        if over(0.8 * budget):
-            # The latest results are the freshest data: shorten them only when the
-            # older ones were not enough, largest first.
-            latest = [s for s in eligible if s.parent_seq == last_model]
-            for step in sorted(latest, key=lambda s: -len(dumps(s.result))):
-                shorten(step)
-                if not over(0.8 * budget):
-                    break
-        # Older conversation turns go before anything of the current goal.
-        while (
-            history
-            and estimator.estimate(
-                self._messages(
-                    steps + [_compaction(replaced, _next_seq(steps))], snap, history
-                ),
-                tools,
-            )
-            > 0.8 * budget
-        ):
-            history = history[2:]
-        dropped_turns = (len(snap.history) - len(history)) // 2
-        if replaced or dropped_turns:
-            step = _compaction(replaced, _next_seq(steps))
-            step.detail[DetailKey.DROPPED_HISTORY_TURNS] = dropped_turns
-            step.detail[DetailKey.ESTIMATE_BEFORE] = estimator.estimate(messages, tools)
-            step.detail[DetailKey.BUDGET] = budget
-            compacted = self._messages(steps + [step], snap, history)
-            step.detail[DetailKey.ESTIMATE_AFTER] = estimator.estimate(compacted, tools)
-            steps.extend(self._append(journal, [step]))
-            snap.history = history
-            return compacted
-        return messages
-
-    def _messages(
-        self,
-        steps: Sequence[StepRecord],
-        snap: RunSnapshot,
-        history: Sequence[Mapping[str, Any]],
-    ) -> list[dict[str, Any]]:
-        return build_messages(
-            system=snap.system,
-            history=history,
-            goal=snap.goal,
-            steps=steps,
+        """Build messages; compact older tool results past 80% of the budget
+        (:func:`~engine.context.fitted_messages`), persisting the compaction."""
+        messages, compaction, history = fitted_messages(
+            steps,
+            snap,
             specs=self.toolbox.specs,
+            tools=self._tools(),
+            budget=self.limits.context_budget_tokens,
         )
+        if compaction is not None:
+            steps.extend(self._append(journal, [compaction]))
+            snap.history = history
+        return messages
 
     @staticmethod
     def _finish_interrupted(journal: Journal, stop: _Interrupted) -> None:
@@ -579,22 +408,14 @@ class Engine:
         model: str,
         detail: dict[str, Any],
     ) -> StepRecord:
-        """The model_call step of a request that failed after its retries: it
-        started with its first attempt, and took as long as all of them."""
-        now = utcnow()
-        return StepRecord(
+        """The model_call step of a request that failed after its retries
+        (:func:`~engine.model_steps.failed_model_step`)."""
+        return failed_model_step(
+            exc,
             seq=_next_seq(steps),
-            kind=StepKind.MODEL_CALL,
-            status=StepStatus.FAILED,
             model=model,
-            error=str(exc),
-            error_class=exc.kind,
-            attempts=[a.as_dict() for a in exc.attempts],
-            started_at=_first_attempt_start(exc.attempts) or now,
-            finished_at=now,
-            # A failed request is not billed; unknown without a price.
-            cost_usd=0.0 if self.price is not None else None,
             detail=detail,
+            priced=self.price is not None,
         )
 
     def _call_model(
@@ -645,27 +466,10 @@ class Engine:
                     raise _OutOfTime() from None
 
     def _cut_step(self, stop: _Interrupted, steps: Sequence[StepRecord]) -> StepRecord:
-        """The model_call step of a reply cut short by ``stop``: the text it had
-        written, marked as cut; the calls it had begun are not kept (they never
-        completed, and nothing runs after a cancel)."""
-        partial = stop.partial
-        assert partial is not None
-        now = utcnow()
-        return StepRecord(
-            seq=_next_seq(steps),
-            kind=StepKind.MODEL_CALL,
-            status=StepStatus.FAILED,
-            model=partial.model,
-            request_id=partial.request_id,
-            response=self.redactor.data(partial.message),
-            error="The run was cancelled while the model was answering; its reply "
-            "was cut.",
-            error_class=ErrorClass.CANCELLED,
-            started_at=_ago(now, partial.latency_ms),
-            finished_at=now,
-            cost_usd=None,
-            detail={DetailKey.CUT: True, DetailKey.FINISH_REASON: None},
-        )
+        """The model_call step of the reply ``stop`` cut short
+        (:func:`~engine.model_steps.cut_step`)."""
+        assert stop.partial is not None
+        return cut_step(stop.partial, seq=_next_seq(steps), redactor=self.redactor)
 
     # -- planning -----------------------------------------------------------------
 
@@ -684,31 +488,15 @@ class Engine:
         *,
         in_context: int,
     ) -> StepRecord:
-        """The model_call step of ``reply``: its usage (estimated when the
-        endpoint reported none, so it is never silently 0) and its cost."""
-        now = utcnow()
-        usage = reply.usage
-        if not reply.usage_reported:
-            completion = TokenEstimator().estimate([reply.message])
-            usage = Usage(
-                in_context, completion, in_context + completion, estimated=True
-            )
-        return StepRecord(
+        """The model_call step of ``reply``, with its usage and cost
+        (:func:`~engine.model_steps.model_step`)."""
+        return model_step(
+            reply,
             seq=_next_seq(steps),
-            kind=StepKind.MODEL_CALL,
-            status=StepStatus.SUCCEEDED,
-            model=reply.model,
-            request_id=reply.request_id,
-            response=self.redactor.data(reply.message),
-            usage=usage.as_dict(),
-            attempts=[a.as_dict() for a in reply.attempts],
-            started_at=_ago(now, reply.latency_ms),
-            finished_at=now,
-            cost_usd=self.price.cost(usage) if self.price is not None else None,
-            detail={
-                DetailKey.PROMPT_ESTIMATE: round(estimate, 1),
-                DetailKey.FINISH_REASON: reply.finish_reason,
-            },
+            estimate=estimate,
+            in_context=in_context,
+            redactor=self.redactor,
+            price=self.price,
         )
 
     def _plan(
@@ -844,7 +632,13 @@ class Engine:
                 target = transfer_target(self._spec(batch[0])) or ""
                 # Safe to carry out again (nothing leaves the house): no start
                 # is persisted first.
-                done = self._hand_off(batch[0], target)
+                done = hand_off(
+                    batch[0],
+                    target,
+                    acting=self._acting,
+                    port=self._handoffs,
+                    redact=self.redactor.text,
+                )
                 self._record(journal, steps, done)
                 if self._port is not None:
                     self._port.handed_off(done)
@@ -1003,35 +797,6 @@ def run_cost(steps: Sequence[StepRecord]) -> float:
     )
 
 
-def _compaction(replaced: Mapping[str, str], seq: int) -> StepRecord:
-    now = utcnow()
-    return StepRecord(
-        seq=seq,
-        kind=StepKind.COMPACTION,
-        status=StepStatus.SUCCEEDED,
-        detail={DetailKey.REPLACED: dict(replaced)},
-        started_at=now,
-        finished_at=now,
-    )
-
-
-def _replaced_seqs(steps: Sequence[StepRecord]) -> set[int]:
-    seqs: set[int] = set()
-    for step in steps:
-        if step.kind is StepKind.COMPACTION:
-            seqs.update(int(s) for s in StepDetail(step.detail).replaced)
-    return seqs
-
-
-def _handed_off(steps: Sequence[StepRecord]) -> bool:
-    """Whether any of ``steps`` is a handoff (a fork's copies can be)."""
-    # A plain loop, not any(): no generator call per step on every run's path.
-    for step in steps:  # noqa: SIM110
-        if DetailKey.HANDOFF in step.detail:
-            return True
-    return False
-
-
 def _replace(steps: list[StepRecord], updated: StepRecord) -> None:
     for index, step in enumerate(steps):
         if step.seq == updated.seq:
@@ -1046,18 +811,6 @@ def _within(future: Future[StepRecord], seconds: float) -> StepRecord | None:
         return future.result(timeout=seconds)
     except TimeoutError:
         return None
-
-
-def _first_attempt_start(attempts: Sequence[Attempt]) -> dt.datetime | None:
-    """When the first of ``attempts`` started (None: none, or no time known)."""
-    try:
-        return dt.datetime.fromisoformat(attempts[0].started_at) if attempts else None
-    except ValueError:
-        return None
-
-
-def _ago(now: Any, latency_ms: float) -> Any:
-    return now - dt.timedelta(milliseconds=latency_ms)
 
 
 def _next_seq(steps: Sequence[StepRecord]) -> int:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .loop import Control, RunSnapshot
+from .journal import Control, RunSnapshot
 from .spec import ErrorClass, StepRecord, StepStatus, StopReason, ToolSpec, Usage
 
 

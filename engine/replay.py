@@ -26,7 +26,8 @@ from .canonical import canonical_hash, canonical_json
 from .context import given_notes
 from .execution import Executor, ToolError, Untrusted
 from .handoff import HandoffRecord, HandoffRefused, transfer_target_of
-from .loop import Control, Engine, Outcome
+from .journal import Control, Outcome
+from .loop import Engine
 from .memory_journal import MemoryJournal
 from .model_client import Messages, ModelError, ModelReply, Tools, parse_message
 from .pricing import ModelPrice

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from django.db import connection
 from django.utils import timezone
 
-from engine.loop import Control, LeaseLost, RunSnapshot
+from engine.journal import Control, LeaseLost, RunSnapshot
 from engine.spec import (
     AgentSnapshot,
     ErrorClass,

@@ -18,7 +18,7 @@ from django.utils import timezone
 from audit.models import AuditKind
 from audit.services import audit_task
 from engine.canonical import dumps
-from engine.loop import LeaseLost
+from engine.journal import LeaseLost
 from engine.routing import Route
 from engine.spec import (
     DetailKey,

@@ -29,7 +29,8 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from engine.evaluation import EvalCase, eval_toolbox
-from engine.loop import Engine, LeaseLost, Outcome
+from engine.journal import LeaseLost, Outcome
+from engine.loop import Engine
 from engine.model_client import ModelClient, ModelError, UnavailableModel
 from engine.pricing import snapshot_price
 from engine.routing import ROUTE_KEY, ROUTING_KEY, Routing
@@ -52,7 +53,7 @@ WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 class AdvanceResult(StrEnum):
     """What one :func:`task_advance` came to (the ``advance`` task's result)."""
 
-    #: The engine's outcomes (:class:`engine.loop.Outcome`).
+    #: The engine's outcomes (:class:`engine.journal.Outcome`).
     FINISHED = Outcome.FINISHED.value
     PARKED = Outcome.PARKED.value
     #: Another worker holds the run, or it is final: nothing was done.

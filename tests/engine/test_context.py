@@ -12,7 +12,7 @@ from engine.context import (
     build_messages,
     estimate_chars_tokens,
 )
-from engine.loop import Outcome
+from engine.journal import Outcome
 from engine.memory_journal import MemoryJournal
 from engine.spec import Limits, StepKind, StepRecord, StepStatus, StopReason
 from tests.support.engine_doubles import (

@@ -19,7 +19,7 @@ import pytest
 from engine import execution
 from engine.canonical import canonical_hash
 from engine.execution import Executor, RetryableToolError, ToolError
-from engine.loop import Outcome
+from engine.journal import Outcome
 from engine.memory_journal import MemoryJournal
 from engine.spec import (
     ApprovalMode,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from engine.execution import Executor
-from engine.loop import Outcome
+from engine.journal import Outcome
 from engine.model_client import ModelError
 from engine.spec import (
     ApprovalMode,

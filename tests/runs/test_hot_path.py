@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from engine.loop import LeaseLost
+from engine.journal import LeaseLost
 from engine.spec import StepKind, StepRecord, StepStatus, utcnow
 from runs import events as notify
 from runs import leases as run_leases

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from effects.models import Ticket
-from engine.loop import LeaseLost
+from engine.journal import LeaseLost
 from registry.models import Tool
 from registry.services import tool_save
 from runs import leases as run_leases
