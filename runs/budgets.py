@@ -200,6 +200,7 @@ def _spent_sql() -> str:
     (a message of a user with a budget reads it)."""
     q = connection.ops.quote_name
     task, hold = q(Task._meta.db_table), q(BudgetHold._meta.db_table)
+    owner, held_by = _column(Task, "owner"), _column(BudgetHold, "task")
     cost, tokens = f"t.{q('cost_usd')}", f"t.{q('total_tokens')}"
     going = f"t.{q('status')} IN (%s, %s, %s)"
     return (
@@ -208,8 +209,8 @@ def _spent_sql() -> str:
         f"THEN h.{q('cost_usd')} - COALESCE({cost}, 0.0) ELSE 0.0 END), "
         f"SUM(CASE WHEN {going} AND h.{q('tokens')} > {tokens} "
         f"THEN h.{q('tokens')} - {tokens} ELSE 0 END) "
-        f"FROM {task} t LEFT JOIN {hold} h ON h.{q('task_id')} = t.{q('id')} "
-        f"WHERE t.{q('owner_id')} = %s AND t.{q('created_at')} >= %s "
+        f"FROM {task} t LEFT JOIN {hold} h ON h.{held_by} = t.{q('id')} "
+        f"WHERE t.{owner} = %s AND t.{q('created_at')} >= %s "
         f"AND t.{q('origin')} IS NULL"
     )
 
@@ -274,9 +275,14 @@ def budget_hold(
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {q(BudgetHold._meta.db_table)} "  # noqa: S608
-            f"({q('task_id')}, {q('tokens')}, {q('cost_usd')}) VALUES (%s, %s, %s)",
+            f"({_column(BudgetHold, 'task')}, {q('tokens')}, {q('cost_usd')}) "
+            "VALUES (%s, %s, %s)",
             [_task_pk(task.pk), tokens, cost],
         )
+
+
+def _column(model: Any, field: str) -> str:
+    return connection.ops.quote_name(model._meta.get_field(field).column)
 
 
 def _task_pk(pk: Any) -> Any:
