@@ -345,7 +345,8 @@ class DailyBudget(models.Model):
 
     A day runs from midnight to midnight in ``TIME_ZONE``; a new message is
     refused (429, saying when the budget resets) once the day's runs of the
-    user cost or used this much. Runs already going finish.
+    user cost or used this much, counting what their runs still going hold
+    (:class:`BudgetHold`). Runs already going finish.
     """
 
     user = models.OneToOneField(
