@@ -6,21 +6,33 @@ counts is the cost and the tokens (estimated ones too) of the user's runs
 created that day, imported traces aside. A run whose model has no price adds
 tokens but no cost. The check is one aggregate query per new message: no step
 of a run reads it.
+
+A run's cost is known only as it goes, so an accepted run also holds its own
+limits (:class:`~runs.models.BudgetHold`, at most what was left) until it ends:
+a message sent meanwhile sees the hold. The check and the hold are taken in the
+transaction that accepts the message, under the user's row lock
+(:func:`budget_take`), so two messages sent at once cannot both pass on what
+only one may spend. (SQLite: the accepting transaction is IMMEDIATE, it holds
+the database's write lock from its start.)
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.db.models import Q, Sum
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import Q
 from django.utils import timezone
 
-from engine.pricing import format_usd
+from engine.pricing import ModelPrice, format_usd
+from engine.spec import Limits
 from infra.durations import duration_words
 from infra.errors import ErrorKind, ServiceError
-from runs.models import DailyBudget, Task
+from runs.models import BudgetHold, DailyBudget, Task
 
 
 @dataclass(frozen=True)
@@ -32,16 +44,31 @@ class BudgetStatus:
     spent_cost_usd: float
     spent_tokens: int
     resets_at: dt.datetime
+    #: What the user's runs still going hold beyond what they spent so far.
+    held_cost_usd: float = 0.0
+    held_tokens: int = 0
+
+    @property
+    def cost_left(self) -> float | None:
+        """USD neither spent nor held today (None: no limit in USD)."""
+        if self.max_cost_usd is None:
+            return None
+        return max(self.max_cost_usd - self.spent_cost_usd - self.held_cost_usd, 0.0)
+
+    @property
+    def tokens_left(self) -> int | None:
+        """Tokens neither spent nor held today (None: no limit in tokens)."""
+        if self.max_tokens is None:
+            return None
+        return max(self.max_tokens - self.spent_tokens - self.held_tokens, 0)
 
     @property
     def cost_exceeded(self) -> bool:
-        return self.max_cost_usd is not None and (
-            self.spent_cost_usd >= self.max_cost_usd
-        )
+        return self.cost_left is not None and self.cost_left <= 0
 
     @property
     def tokens_exceeded(self) -> bool:
-        return self.max_tokens is not None and self.spent_tokens >= self.max_tokens
+        return self.tokens_left is not None and self.tokens_left <= 0
 
     @property
     def exceeded(self) -> bool:
@@ -61,6 +88,13 @@ class BudgetStatus:
             )
         if self.max_tokens is not None:
             parts.append(f"{self.spent_tokens:,} of {self.max_tokens:,} tokens")
+        held = []
+        if self.max_cost_usd is not None and self.held_cost_usd > 0:
+            held.append(format_usd(self.held_cost_usd))
+        if self.max_tokens is not None and self.held_tokens > 0:
+            held.append(f"{self.held_tokens:,} tokens")
+        if held:
+            parts.append(f"{' and '.join(held)} held by runs still going")
         return " · ".join(parts)
 
     def message(self, now: dt.datetime | None = None) -> str:
@@ -77,6 +111,7 @@ class BudgetStatus:
         return {
             **asdict(self),
             "spent_cost_usd": round(self.spent_cost_usd, 8),
+            "held_cost_usd": round(self.held_cost_usd, 8),
             "resets_at": self.resets_at.isoformat(),
         }
 
@@ -127,21 +162,56 @@ def day_bounds(now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime
     return start, end
 
 
-def budget_status(*, user: Any, now: dt.datetime | None = None) -> BudgetStatus | None:
-    """The user's budget today, or None when no budget applies to them."""
-    budget = budget_of(user)
+def _limiting(budget: DailyBudget | None) -> DailyBudget | None:
+    """``budget`` when it limits anything."""
     if budget is None or (budget.max_cost_usd is None and budget.max_tokens is None):
         return None
+    return budget
+
+
+def budget_status(*, user: Any, now: dt.datetime | None = None) -> BudgetStatus | None:
+    """The user's budget today, or None when no budget applies to them."""
+    budget = _limiting(budget_of(user))
+    return None if budget is None else _status(user, budget, now)
+
+
+def _status(user: Any, budget: DailyBudget, now: dt.datetime | None) -> BudgetStatus:
     start, end = day_bounds(now)
-    spent = Task.objects.filter(
-        owner=user, created_at__gte=start, origin__isnull=True
-    ).aggregate(cost=Sum("cost_usd"), tokens=Sum("total_tokens"))
+    created = Task._meta.get_field("created_at").get_db_prep_save(start, connection)
+    with connection.cursor() as cursor:
+        going = [str(status) for status in Task.ACTIVE]
+        cursor.execute(_spent_sql(), [*going, *going, user.pk, created])
+        cost, tokens, held_cost, held_tokens = cursor.fetchone()
     return BudgetStatus(
         max_cost_usd=budget.max_cost_usd,
         max_tokens=budget.max_tokens,
-        spent_cost_usd=float(spent["cost"] or 0.0),
-        spent_tokens=int(spent["tokens"] or 0),
+        spent_cost_usd=float(cost or 0.0),
+        spent_tokens=int(tokens or 0),
         resets_at=end,
+        held_cost_usd=float(held_cost or 0.0),
+        held_tokens=int(held_tokens or 0),
+    )
+
+
+@functools.cache
+def _spent_sql() -> str:
+    """What the user's runs created since a time spent, and what those still
+    going hold beyond it: one statement, without the ORM's cost per query
+    (a message of a user with a budget reads it)."""
+    q = connection.ops.quote_name
+    task, hold = q(Task._meta.db_table), q(BudgetHold._meta.db_table)
+    owner, held_by = _column(Task, "owner"), _column(BudgetHold, "task")
+    cost, tokens = f"t.{q('cost_usd')}", f"t.{q('total_tokens')}"
+    going = f"t.{q('status')} IN (%s, %s, %s)"
+    return (
+        f"SELECT SUM({cost}), SUM({tokens}), "  # noqa: S608
+        f"SUM(CASE WHEN {going} AND h.{q('cost_usd')} > COALESCE({cost}, 0.0) "
+        f"THEN h.{q('cost_usd')} - COALESCE({cost}, 0.0) ELSE 0.0 END), "
+        f"SUM(CASE WHEN {going} AND h.{q('tokens')} > {tokens} "
+        f"THEN h.{q('tokens')} - {tokens} ELSE 0 END) "
+        f"FROM {task} t LEFT JOIN {hold} h ON h.{held_by} = t.{q('id')} "
+        f"WHERE t.{owner} = %s AND t.{q('created_at')} >= %s "
+        f"AND t.{q('origin')} IS NULL"
     )
 
 
@@ -152,3 +222,68 @@ def budget_check(*, user: Any, now: dt.datetime | None = None) -> BudgetStatus |
     if status is not None and status.exceeded:
         raise DailyBudgetExceeded(status)
     return status
+
+
+def budget_take(*, user: Any, now: dt.datetime | None = None) -> BudgetStatus | None:
+    """:func:`budget_check` under the user's row lock, inside the transaction
+    that accepts their message (and holds for it, :func:`budget_hold`): a
+    second message of the user waits here until the first one's run and hold
+    are committed, and counts them.
+
+    With no budget for the user, the lock is not taken: one query, as before.
+    """
+    budget = _limiting(budget_of(user))
+    if budget is None:
+        return None
+    # NO KEY: the run's row refers to the user's; FOR UPDATE would block that.
+    # (SQLite has no row locks: its IMMEDIATE transaction holds the database's.)
+    list(
+        get_user_model()
+        .objects.select_for_update(no_key=True)
+        .filter(pk=user.pk)
+        .values_list("pk", flat=True)
+    )
+    status = _status(user, budget, now)
+    if status.exceeded:
+        raise DailyBudgetExceeded(status)
+    return status
+
+
+def budget_hold(
+    *,
+    task: Task,
+    status: BudgetStatus,
+    limits: Limits,
+    price: ModelPrice | None,
+) -> None:
+    """Hold for ``task`` what it may spend by its own limits, at most what is left.
+
+    Its token budget, and in USD its cost limit, else its token budget at its
+    price's dearest rate; an unpriced run adds no cost, so it holds none.
+    """
+    tokens = 0
+    if status.tokens_left is not None:
+        tokens = min(limits.token_budget, status.tokens_left)
+    cost = 0.0
+    if status.cost_left is not None and price is not None:
+        most = limits.max_cost_usd
+        if most is None:
+            rates = (price.input_per_m, price.output_per_m, price.cached_input_per_m)
+            most = limits.token_budget * max(r or 0.0 for r in rates) / 1_000_000
+        cost = min(most, status.cost_left)
+    q = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {q(BudgetHold._meta.db_table)} "  # noqa: S608
+            f"({_column(BudgetHold, 'task')}, {q('tokens')}, {q('cost_usd')}) "
+            "VALUES (%s, %s, %s)",
+            [_task_pk(task.pk), tokens, cost],
+        )
+
+
+def _column(model: Any, field: str) -> str:
+    return connection.ops.quote_name(model._meta.get_field(field).column)
+
+
+def _task_pk(pk: Any) -> Any:
+    return Task._meta.get_field("id").get_db_prep_value(pk, connection)

@@ -358,7 +358,8 @@ class DailyBudget(models.Model):
 
     A day runs from midnight to midnight in ``TIME_ZONE``; a new message is
     refused (429, saying when the budget resets) once the day's runs of the
-    user cost or used this much. Runs already going finish.
+    user cost or used this much, counting what their runs still going hold
+    (:class:`BudgetHold`). Runs already going finish.
     """
 
     user = models.OneToOneField(
@@ -399,6 +400,24 @@ class DailyBudget(models.Model):
                 raise ValidationError(
                     {"user": "There is a default budget already; edit that one."}
                 )
+
+
+class BudgetHold(models.Model):
+    """What an accepted run of a user with a daily budget holds of that budget
+    while it goes on: its own limits (tokens, and USD at its price), at most
+    what was left. A held amount is counted as spent until the run ends, so a
+    message sent while it runs sees it; the run's own spending replaces it as
+    it goes. Written only for users with a budget (:mod:`runs.budgets`).
+    """
+
+    task = models.OneToOneField(
+        Task, primary_key=True, on_delete=models.CASCADE, related_name="budget_hold"
+    )
+    tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.FloatField(default=0.0)
+
+    def __str__(self) -> str:
+        return f"budget hold of task {self.task_id}"
 
 
 class ApiToken(models.Model):

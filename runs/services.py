@@ -9,6 +9,8 @@ and :mod:`runs.steps`). :func:`task_cancel` cancels one, finishing it here
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -38,7 +40,7 @@ from runs import ports
 # The module, not its names: a patch of runs.tasks.enqueue_advance reaches
 # task_start.
 from runs import tasks as celery_tasks
-from runs.budgets import DailyBudgetExceeded, budget_check
+from runs.budgets import DailyBudgetExceeded, budget_hold, budget_take
 from runs.finish import _finish_task, message_add
 from runs.models import Conversation, Message, QueuedMessage, Task
 from runs.steps import steps_insert
@@ -191,6 +193,23 @@ def _locked(conversation: Conversation) -> Conversation:
     return locked
 
 
+@contextmanager
+def _refusal_audited(user: Any) -> Iterator[None]:
+    """Audit a refusal by the daily budget once the refused message's
+    transaction has rolled back (outside it, the audit stays)."""
+    try:
+        yield
+    except DailyBudgetExceeded as refused:
+        audit_append(
+            kind=AuditKind.BUDGET_DAILY_REFUSED,
+            actor=user,
+            object_type="user",
+            object_id=user.get_username(),
+            data=refused.status.as_json(),
+        )
+        raise
+
+
 def task_start(
     *,
     conversation: Conversation,
@@ -208,8 +227,10 @@ def task_start(
 
     ``eval_case`` marks an evaluation run (see :mod:`engine.evaluation`).
     ``enforce_budget`` refuses the message with :class:`DailyBudgetExceeded`
-    when the owner's daily budget is used up (a user's own message; forks,
-    retries and evaluations are operators' and are not refused). ``routed``
+    when the owner's daily budget is used up or held by their runs still going
+    (a user's own message; forks, retries and evaluations are operators' and
+    are not refused); it is checked and the new run's hold written in the
+    transaction that accepts the message, under the owner's row lock. ``routed``
     False offers every tool whatever the agent's toolsets (a call that names
     its tool, as the MCP gateway's do). ``source`` names what started a run
     no one typed (``"schedule:<id>"``, ``"trigger:<id>"``). ``agent_version``
@@ -227,22 +248,11 @@ def task_start(
         raise ValueError(
             f"The message is longer than {settings.REACH_MAX_MESSAGE_CHARS} characters."
         )
-    if enforce_budget:
-        try:
-            budget_check(user=conversation.owner)
-        except DailyBudgetExceeded as refused:
-            # Outside any transaction of the refused message: the audit stays.
-            audit_append(
-                kind=AuditKind.BUDGET_DAILY_REFUSED,
-                actor=conversation.owner,
-                object_type="user",
-                object_id=conversation.owner.get_username(),
-                data=refused.status.as_json(),
-            )
-            raise
-    with transaction.atomic():
+    with _refusal_audited(conversation.owner), transaction.atomic():
         # Lock the conversation: one active task per conversation.
         conversation = _locked(conversation)
+        # Checked and held in this transaction: see runs.budgets.budget_take.
+        budget = budget_take(user=conversation.owner) if enforce_budget else None
         turns = _turns(conversation)
         if turns.active is not None:
             raise ConversationBusy(
@@ -294,6 +304,13 @@ def task_start(
             created_at=now,
             updated_at=now,
         )
+        if budget is not None:
+            budget_hold(
+                task=task,
+                status=budget,
+                limits=snapshot.limits or conversation.agent.limits(),
+                price=snapshot_price(snapshot.extra),
+            )
         message_add(task=task, role=Message.Role.USER, content=content, at=now)
         memory = ports.memory_for()(task=task) if parent is None else None
         if memory is not None:

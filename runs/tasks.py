@@ -229,7 +229,11 @@ def tasks_reap() -> list[str]:
         except Exception:  # noqa: BLE001
             log.warning("re-queue of %s failed", task_id)
     if ids:
-        Task.objects.filter(pk__in=ids, status=TaskStatus.QUEUED).update(updated_at=now)
+        # A re-queued idle run (queued, or parked with its decision made) waits
+        # the grace again before the next tick sends it once more.
+        Task.objects.filter(
+            pk__in=ids, status__in=(TaskStatus.QUEUED, TaskStatus.WAITING_APPROVAL)
+        ).update(updated_at=now)
     return ids
 
 
