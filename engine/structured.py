@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from .model_client import ModelError
 from .spec import DetailKey, StepKind, StepRecord, StepStatus, utcnow
 
 #: Where ``Task.agent_snapshot`` keeps the answer's schema.
@@ -31,6 +32,54 @@ REPAIR_REASON = "bad_answer"
 REPAIR_TURNS = 1
 
 _FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def response_formats(
+    schema: dict[str, Any], name: str, *, strict: bool
+) -> tuple[dict[str, Any] | None, ...]:
+    """What to ask for, in turn, until the endpoint takes one: OpenAI's
+    json_schema; then json_object with the schema beside it (llama-cpp-python's
+    server, the built-in model, which follows it under a grammar); then plain
+    text (the shape is still parsed and checked). Judges, guardrails'
+    classifiers and structured answers all ask this way."""
+    return (
+        {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": schema, "strict": strict},
+        },
+        {"type": "json_object", "schema": schema},
+        None,
+    )
+
+
+def complete_json(
+    client: Any,
+    messages: list[dict[str, str]],
+    *,
+    model: str,
+    formats: Sequence[dict[str, Any] | None],
+) -> str | None:
+    """The content of ``client``'s reply to a request for JSON (no tools),
+    asked in each of ``formats`` in turn until the endpoint takes one. Raises
+    the ModelError of an endpoint that is down or refuses the request itself."""
+    failure: ModelError | None = None
+    for response_format in formats:
+        try:
+            reply = client.complete(
+                messages=messages,
+                tools=[],
+                model=model,
+                response_format=response_format,
+            )
+        except ModelError as exc:
+            failure = exc
+            if "response_format" not in str(exc):
+                break  # down, or refusing the request itself: no other format helps
+            continue
+        content: str | None = reply.content
+        return content
+    assert failure is not None
+    raise failure
 
 
 def schema_problem(schema: Any) -> str | None:
@@ -57,17 +106,8 @@ class AnswerSchema:
         return cls(schema=dict(schema))
 
     def response_formats(self) -> tuple[dict[str, Any] | None, ...]:
-        """What to ask for, in turn, until the endpoint takes one (the judges'
-        order, feedback.judges.RESPONSE_FORMATS)."""
-        schema = dict(self.schema)
-        return (
-            {
-                "type": "json_schema",
-                "json_schema": {"name": "answer", "schema": schema, "strict": False},
-            },
-            {"type": "json_object", "schema": schema},
-            None,
-        )
+        # Not strict: OpenAI's strict mode refuses schemas with optional keys.
+        return response_formats(dict(self.schema), "answer", strict=False)
 
     def check(self, content: str) -> tuple[Any, str | None]:
         """The answer parsed, or None and what is wrong with it (for the model)."""

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from automations.seed import seed_demo_schedule
 from effects.models import Note
+from guardrails.seed import seed_demo_guardrails
 from memory.seed import seed_memory_tools
 from registry.models import Agent, Tool
 from registry.services import agent_handoffs_set, tool_save
@@ -250,6 +251,7 @@ def seed_demo() -> list[str]:
         )
         agent_handoffs_set(agent=triage, targets=[(assistant, TRIAGE_TO_ASSISTANT)])
         created.append("agent triage")
+    created += seed_demo_guardrails(assistant=assistant)
     alice = users.filter(username="alice").first()
     if assistant is not None and alice is not None:
         created += seed_demo_schedule(owner=alice, agent=assistant)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from django.dispatch import Signal
 
+from engine.guards import Guards
 from engine.model_client import ModelClient
 from engine.spec import AgentSnapshot, StepRecord
 from infra.slots import Slot
@@ -88,6 +89,43 @@ def _no_memory(*, task: Task) -> StepRecord | None:
 #: (``MemoryConfig.ready``, memory/apps.py) with ``memory.services.memory_note``;
 #: unfilled, a run starts with its message alone (None).
 memory_for = Slot[MemoryFor]("memory note", filled_by="memory", default=_no_memory)
+
+
+# -- guardrails --------------------------------------------------------------------
+
+
+class GuardrailsOf(Protocol):
+    def __call__(self, *, agent: Any) -> list[dict[str, Any]]:
+        """The enabled guardrails of ``agent`` as its runs' snapshots record them
+        (engine.guards.GuardSpec.to_json), in their order."""
+
+
+def _no_guardrails(*, agent: Any) -> list[dict[str, Any]]:
+    return []
+
+
+class GuardsFor(Protocol):
+    def __call__(self, *, snapshot: AgentSnapshot, task_id: str) -> Guards | None:
+        """The guardrails of a run recorded with ``snapshot``, ready to check
+        (their classifier's model, their audit), or None when it has none."""
+
+
+def _no_guards(*, snapshot: AgentSnapshot, task_id: str) -> Guards | None:
+    return None
+
+
+#: A run starts with its agent's guardrails in its snapshot (read once, when it
+#: starts, and only for an agent whose ``has_guardrails`` says it has some), and
+#: its engine checks them with what ``guards_for`` gives. Both filled by
+#: ``guardrails`` (``GuardrailsConfig.ready``, guardrails/apps.py) with
+#: ``guardrails.services.guardrails_of`` and ``guardrails.services.guards_for``;
+#: unfilled, a run checks nothing.
+guardrails_of = Slot[GuardrailsOf](
+    "an agent's guardrails", filled_by="guardrails", default=_no_guardrails
+)
+guards_for = Slot[GuardsFor](
+    "a run's guardrail checks", filled_by="guardrails", default=_no_guards
+)
 
 
 # -- pages of higher apps that runs' templates link to ----------------------------

@@ -29,6 +29,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from engine.evaluation import EvalCase, eval_toolbox
+from engine.guards import GUARDRAILS_KEY
 from engine.loop import Engine, LeaseLost, Outcome
 from engine.model_client import ModelClient, ModelError, UnavailableModel
 from engine.pricing import snapshot_price
@@ -167,6 +168,10 @@ def build_engine(task: Task) -> Engine:
         routing=routing,
         read_window_s=settings.REACH_READ_WINDOW_MS / 1000,
         agent=snapshot,
+        # None (nothing asked of the slot) when the snapshot records none.
+        guards=ports.guards_for()(snapshot=snapshot, task_id=str(task.pk))
+        if GUARDRAILS_KEY in snapshot.extra
+        else None,
         # Made only when the run first hands off (or follows a handoff).
         handoffs=functools.partial(
             RegistryHandoffs,
