@@ -344,8 +344,20 @@ class Guards:
         )
         return cls(specs=specs, **kwargs) if specs else None
 
+    def __post_init__(self) -> None:
+        # Looked up on the step path: by stage once, not filtered per call.
+        self._by_stage = {
+            stage: tuple(s for s in self.specs if s.stage is stage)
+            for stage in GuardStage
+        }
+        #: Whether a tool's result can stop the run (the loop looks only then).
+        self.blocks_results = any(
+            s.action is GuardAction.BLOCK
+            for s in self._by_stage[GuardStage.TOOL_RESULT]
+        )
+
     def at(self, stage: GuardStage) -> tuple[GuardSpec, ...]:
-        return tuple(s for s in self.specs if s.stage is stage)
+        return self._by_stage[stage]
 
     def classifiers(self, stage: GuardStage) -> tuple[GuardSpec, ...]:
         return tuple(s for s in self.at(stage) if s.kind is GuardKind.CLASSIFIER)

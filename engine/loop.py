@@ -310,7 +310,9 @@ class Engine:
                 journal, steps, snap, reply, estimate
             ):
                 return Outcome.FINISHED
-            answer_screen = self._screen_answer(reply)
+            answer_screen = (
+                self._screen_answer(reply) if self.guards is not None else None
+            )
             planned = self._plan(
                 reply, steps, snap, estimate, journal.task_id, in_context=in_context
             )
@@ -356,7 +358,7 @@ class Engine:
     ) -> StopReason | None:
         limits = self.limits
         model_calls = [s for s in steps if s.kind is StepKind.MODEL_CALL]
-        if self.guards is not None and model_calls:
+        if self.guards is not None and self.guards.blocks_results and model_calls:
             trip = tool_block(steps, model_calls[-1].seq)
             if trip is not None:
                 self._guard_message = block_message(trip, snap.goal)
@@ -863,11 +865,8 @@ class Engine:
     def _screen_answer(self, reply: ModelReply) -> Screen | None:
         """Check a final answer before anything records it: a redact masks the
         reply itself, so neither the trace nor the user sees what it found."""
-        if (
-            self.guards is None
-            or reply.tool_calls
-            or not self.guards.at(GuardStage.ANSWER)
-        ):
+        assert self.guards is not None
+        if reply.tool_calls or not self.guards.at(GuardStage.ANSWER):
             return None
         screen = self.guards.screen(GuardStage.ANSWER, reply.content or "")
         if screen.text != (reply.content or ""):

@@ -15,7 +15,6 @@ class GuardrailsConfig(AppConfig):
         from guardrails.models import Guardrail
         from runs import ports
 
-        ports.guardrails_of.fill(services.guardrails_of)
         ports.guards_for.fill(services.guards_for)
         post_save.connect(services.on_guardrail_changed, sender=Guardrail)
         post_delete.connect(services.on_guardrail_changed, sender=Guardrail)

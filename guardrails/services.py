@@ -47,11 +47,11 @@ SYSTEM = (
 )
 
 
-def guardrails_of(*, agent: Agent) -> list[dict[str, Any]]:
-    """``runs.ports.guardrails_of``: the agent's enabled guardrails, in order."""
+def guardrails_of(*, agent_id: Any) -> list[dict[str, Any]]:
+    """The agent's enabled guardrails as a snapshot records them, in order."""
     return [
         g.spec().to_json()
-        for g in Guardrail.objects.filter(agent=agent, enabled=True).order_by(
+        for g in Guardrail.objects.filter(agent_id=agent_id, enabled=True).order_by(
             "position", "pk"
         )
     ]
@@ -129,9 +129,8 @@ def record_trip(trip: Trip, *, task_id: str, agent: str) -> None:
 
 
 def on_guardrail_changed(sender: Any, instance: Guardrail, **kwargs: Any) -> None:
-    """Keep ``Agent.has_guardrails`` (a run of an agent without any reads no
-    guardrails when it starts)."""
-    has = Guardrail.objects.filter(agent_id=instance.agent_id, enabled=True).exists()
-    Agent.objects.filter(pk=instance.agent_id).exclude(has_guardrails=has).update(
-        has_guardrails=has
+    """Keep ``Agent.guardrail_specs``, which a run's snapshot copies when it
+    starts (no query of the run's own)."""
+    Agent.objects.filter(pk=instance.agent_id).update(
+        guardrail_specs=guardrails_of(agent_id=instance.agent_id)
     )

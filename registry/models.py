@@ -145,9 +145,10 @@ class Agent(_Registered):
     # Whether it has handoff targets: kept by registry.services.agent_handoffs_sync
     # (the admin's save), so that a run of an agent without any reads no more.
     has_handoffs = models.BooleanField(default=False, editable=False)
-    # Whether it has enabled guardrails (guardrails/): kept by that app's signals,
-    # so that a run of an agent without any reads no more.
-    has_guardrails = models.BooleanField(default=False, editable=False)
+    # Its enabled guardrails as its runs' snapshots record them (engine.guards),
+    # kept by the guardrails app's signals: a run starts with them read from
+    # this row, no query of its own, and an agent without any carries nothing.
+    guardrail_specs = models.JSONField(default=list, blank=True, editable=False)
     answer_schema = models.JSONField(
         null=True,
         blank=True,

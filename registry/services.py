@@ -13,6 +13,7 @@ from django.utils import timezone
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_json
+from engine.guards import GUARDRAILS_KEY
 from engine.json_input import json_problem
 from engine.planning import (
     DefinitionError,
@@ -261,13 +262,15 @@ def agent_snapshot_of(agent: Agent, *, user: Any = None) -> AgentSnapshot:
 
 
 def _snapshot_extra(agent: Agent, routing: Routing | None) -> dict[str, Any]:
-    """What a snapshot records beside the engine's fields: the toolsets, and
-    the answer's schema (engine.structured)."""
+    """What a snapshot records beside the engine's fields: the toolsets, the
+    answer's schema (engine.structured) and the guardrails (engine.guards)."""
     extra: dict[str, Any] = {}
     if routing is not None:
         extra[ROUTING_KEY] = routing.to_json()
     if agent.answer_schema:
         extra[ANSWER_SCHEMA_KEY] = agent.answer_schema
+    if agent.guardrail_specs:
+        extra[GUARDRAILS_KEY] = list(agent.guardrail_specs)
     return extra
 
 

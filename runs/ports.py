@@ -94,16 +94,6 @@ memory_for = Slot[MemoryFor]("memory note", filled_by="memory", default=_no_memo
 # -- guardrails --------------------------------------------------------------------
 
 
-class GuardrailsOf(Protocol):
-    def __call__(self, *, agent: Any) -> list[dict[str, Any]]:
-        """The enabled guardrails of ``agent`` as its runs' snapshots record them
-        (engine.guards.GuardSpec.to_json), in their order."""
-
-
-def _no_guardrails(*, agent: Any) -> list[dict[str, Any]]:
-    return []
-
-
 class GuardsFor(Protocol):
     def __call__(self, *, snapshot: AgentSnapshot, task_id: str) -> Guards | None:
         """The guardrails of a run recorded with ``snapshot``, ready to check
@@ -114,15 +104,11 @@ def _no_guards(*, snapshot: AgentSnapshot, task_id: str) -> Guards | None:
     return None
 
 
-#: A run starts with its agent's guardrails in its snapshot (read once, when it
-#: starts, and only for an agent whose ``has_guardrails`` says it has some), and
-#: its engine checks them with what ``guards_for`` gives. Both filled by
-#: ``guardrails`` (``GuardrailsConfig.ready``, guardrails/apps.py) with
-#: ``guardrails.services.guardrails_of`` and ``guardrails.services.guards_for``;
-#: unfilled, a run checks nothing.
-guardrails_of = Slot[GuardrailsOf](
-    "an agent's guardrails", filled_by="guardrails", default=_no_guardrails
-)
+#: A run starts with its agent's guardrails in its snapshot (``Agent.
+#: guardrail_specs``, kept by the guardrails app), and its engine checks them with
+#: what this gives: built once per run, and only for a snapshot that records
+#: some. Filled by ``guardrails`` (``GuardrailsConfig.ready``, guardrails/apps.py)
+#: with ``guardrails.services.guards_for``; unfilled, a run checks nothing.
 guards_for = Slot[GuardsFor](
     "a run's guardrail checks", filled_by="guardrails", default=_no_guards
 )

@@ -18,7 +18,6 @@ from django.utils import timezone
 
 from audit.models import AuditKind
 from audit.services import audit_append, audit_task
-from engine.guards import GUARDRAILS_KEY
 from engine.pricing import snapshot_price
 from engine.routing import ROUTING_KEY, Route
 from engine.spec import FINAL_TASK_STATUSES, StopReason, TaskStatus
@@ -196,12 +195,6 @@ def task_start(
         if model:
             snapshot = snapshot.replace(model=model)
         snapshot = snapshot_priced(snapshot)
-        if conversation.agent.has_guardrails:
-            guardrails = ports.guardrails_of()(agent=conversation.agent)
-            if guardrails:
-                snapshot = snapshot.replace(
-                    extra={**snapshot.extra, GUARDRAILS_KEY: guardrails}
-                )
         route: Route | None = None
         if routed:
             snapshot, route = snapshot_routed(snapshot, content)

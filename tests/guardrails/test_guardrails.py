@@ -25,6 +25,13 @@ CARD = "4111 1111 1111 1111"
 SECRET = "crm-token-7f3a9c2e51"
 
 
+def guardrail_on(agent: Agent, **fields: Any) -> Guardrail:
+    """A guardrail on ``agent``, and ``agent`` as its next run reads it."""
+    row = Guardrail.objects.create(agent=agent, **fields)
+    agent.refresh_from_db()
+    return row
+
+
 def trips(task: Task) -> list[Step]:
     return list(task.steps.filter(kind=Step.Kind.GUARDRAIL).order_by("seq"))
 
@@ -37,7 +44,7 @@ def audited(task: Task) -> list[AuditEvent]:
 
 def test_a_pasted_card_number_is_masked_before_the_model_sees_it(demo, model):
     # The demo assistant's seeded guardrail: card numbers in the input, redacted.
-    assert demo.agent.has_guardrails
+    assert [g["name"] for g in demo.agent.guardrail_specs] == ["card-numbers"]
     served = model(Script([text("I will not need it.")]))
     task = ask(demo.alice, demo.agent, f"My card is {CARD}, can you store it?")
 
@@ -73,8 +80,8 @@ def test_an_answer_holding_a_stored_secret_is_blocked(demo, model):
     from registry.secrets import secret_set
 
     secret_set(name="CRM_TOKEN", value=SECRET)
-    Guardrail.objects.create(
-        agent=demo.agent,
+    guardrail_on(
+        demo.agent,
         name="no-secrets",
         kind="secrets",
         stage="answer",
@@ -117,8 +124,8 @@ class Classified(RecordingHandler):
 def test_an_input_classifier_on_the_scripted_model_blocks_beside_the_model_call(
     demo, model
 ):
-    Guardrail.objects.create(
-        agent=demo.agent,
+    guardrail_on(
+        demo.agent,
         name="no-refunds",
         kind="classifier",
         stage="input",
@@ -142,8 +149,8 @@ def test_an_input_classifier_on_the_scripted_model_blocks_beside_the_model_call(
 
 
 def test_a_classifier_that_flags_lets_the_run_answer(demo, model):
-    Guardrail.objects.create(
-        agent=demo.agent,
+    guardrail_on(
+        demo.agent,
         name="tone",
         kind="classifier",
         stage="answer",
@@ -163,8 +170,8 @@ def test_a_tool_result_guardrail_masks_the_result_and_annotates_the_call(demo, m
     from effects.models import Note
 
     Note.objects.create(title="Customer Li", content=f"Li pays with {CARD}.")
-    Guardrail.objects.create(
-        agent=demo.agent,
+    guardrail_on(
+        demo.agent,
         name="results-pii",
         kind="personal_data",
         stage="tool_result",
@@ -182,9 +189,9 @@ def test_a_tool_result_guardrail_masks_the_result_and_annotates_the_call(demo, m
     assert len(audited(task)) == 1
 
 
-def test_a_guardrail_is_checked_when_it_is_saved_and_keeps_the_agents_flag(demo):
+def test_a_guardrail_is_checked_when_it_is_saved_and_keeps_the_agents_copy(demo):
     agent = Agent.objects.create(name="plain")
-    assert not agent.has_guardrails
+    assert agent.guardrail_specs == []
     bad = Guardrail(
         agent=agent,
         name="x",
@@ -213,11 +220,11 @@ def test_a_guardrail_is_checked_when_it_is_saved_and_keeps_the_agents_flag(demo)
         config={"max_chars": 10},
     )
     agent.refresh_from_db()
-    assert agent.has_guardrails
+    assert agent.guardrail_specs == [row.spec().to_json()]
     row.enabled = False
     row.save()
     agent.refresh_from_db()
-    assert not agent.has_guardrails
+    assert agent.guardrail_specs == []
 
 
 def test_an_eval_case_asserts_a_guardrail(demo, model, operator):
