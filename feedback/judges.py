@@ -34,7 +34,7 @@ from engine.model_client import ModelError
 from engine.spec import FINAL_TASK_STATUSES
 from engine.structured import complete_json, response_formats
 from feedback.models import FeedbackAuditKind, Judge, JudgeVerdict, ReviewLabel
-from infra.runtime import redactor
+from infra.runtime import model_client, redactor
 from runs.models import Step, Task
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,7 @@ def ask(
     )
     try:
         content = complete_json(
+            model_client(),
             messages,
             model=judge.model or settings.OPENAI_MODEL,
             formats=RESPONSE_FORMATS,

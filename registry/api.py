@@ -105,6 +105,8 @@ class AgentList(APIView):
                     "handoffs": (
                         [t["agent"] for t in handoffs_of(a)] if a.has_handoffs else []
                     ),
+                    # The JSON Schema of its final answer (null: free text).
+                    "answer_schema": a.answer_schema or None,
                 }
                 for a in page
             ],
