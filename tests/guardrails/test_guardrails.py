@@ -360,3 +360,43 @@ def test_an_eval_case_checks_the_fields_of_a_structured_answer(
     report.refresh_from_db()
     passed = {c["id"]: c["passed"] for c in report.result["cases"]}
     assert passed == {"right": 1, "wrong": 0}
+
+
+# -- the admin ----------------------------------------------------------------------
+
+
+def test_an_admin_adds_a_guardrail_on_the_agents_page_and_a_bad_schema_is_refused(
+    demo,
+):
+    from tests.support.admin_forms import admin_form_data
+
+    admin = logged_in(demo.admin)
+    url = f"/admin/registry/agent/{demo.agent.pk}/change/"
+    page = admin.get(url)
+    assert b"Guardrails: checks of the user&#x27;s input" in page.content
+    data = admin_form_data(page)
+    data.update(
+        {
+            "guardrails-TOTAL_FORMS": "2",
+            "guardrails-1-name": "no-bombs",
+            "guardrails-1-kind": "blocklist",
+            "guardrails-1-stage": "input",
+            "guardrails-1-action": "block",
+            "guardrails-1-config": '{"words": ["bomb"]}',
+            "guardrails-1-enabled": "on",
+            "guardrails-1-position": "1",
+        }
+    )
+    response = admin.post(url, data)
+    assert response.status_code == 302, response.content[:3000]
+    demo.agent.refresh_from_db()
+    assert [g["name"] for g in demo.agent.guardrail_specs] == [
+        "card-numbers",
+        "no-bombs",
+    ]
+
+    data = admin_form_data(admin.get(url))
+    data["answer_schema"] = '{"type": "nonsense"}'
+    refused = admin.post(url, data)
+    assert refused.status_code == 200
+    assert b"Not a valid JSON Schema" in refused.content
