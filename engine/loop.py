@@ -400,7 +400,7 @@ class Engine:
             spent = format_usd(run_cost(steps))
             budget = format_usd(self.limits.max_cost_usd)
             return f"Stopped: the run used up its cost budget ({spent} of {budget})."
-        if reason is StopReason.GUARDRAIL:
+        if reason is StopReason.GUARDRAIL and self._guard_message is not None:
             return self._guard_message
         return _STOP_MESSAGES.get(reason)
 
@@ -1170,6 +1170,8 @@ _STOP_MESSAGES = {
     StopReason.APPROVAL_EXPIRED: "Stopped: an approval expired before anyone decided.",
     StopReason.HANDOFF_LOOP: "Stopped: the agents kept handing the conversation to "
     "each other.",
+    # A resumed run whose block was recorded before it finished.
+    StopReason.GUARDRAIL: "Stopped: a guardrail blocked the run.",
 }
 
 
