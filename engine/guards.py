@@ -523,7 +523,11 @@ def block_message(trip: Trip, language_of: str) -> str:
 
 def trips_of(step: Any) -> list[dict[str, Any]]:
     """The trips one step records (a guardrail step's, or a tool call's)."""
-    detail = getattr(step, "detail", None) or {}
+    return trips_in(getattr(step, "detail", None) or {})
+
+
+def trips_in(detail: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The trips a step's ``detail`` records."""
     value = detail.get(DetailKey.GUARDRAIL)
     if isinstance(value, Mapping):
         return [dict(value)]

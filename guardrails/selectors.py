@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from django.db.models import QuerySet
 
-from engine.guards import trips_of
+from engine.guards import trips_in
 from engine.spec import StepKind
 from runs.models import Step, Task
 
@@ -24,8 +23,7 @@ def trip_counts(tasks: QuerySet[Task]) -> list[tuple[str, str, str, int]]:
     ).values_list("task__agent__name", "detail")
     counts: Counter[tuple[str, str, str]] = Counter()
     for agent, detail in steps:
-        holder: Any = type("Row", (), {"detail": detail})
-        for trip in trips_of(holder):
+        for trip in trips_in(detail or {}):
             name = f"{agent}/{trip.get('name')}"
             counts[(name, str(trip.get("stage")), str(trip.get("action")))] += 1
     return [(*key, n) for key, n in counts.most_common()]
