@@ -99,6 +99,11 @@ class Expect:
     forbidden_tools: tuple[str, ...] = ()
     max_steps: int | None = None
     stop_reason: str | None = None
+    #: Guardrails that must trip: each a guardrail's name, its kind or what it
+    #: found (``card_number``, ``secret``, ``classifier``…).
+    guardrail: tuple[str, ...] = ()
+    #: Fields a structured answer must hold (a subset of ``answer_json``).
+    answer_json: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Expect:
@@ -113,6 +118,8 @@ class Expect:
             forbidden_tools=tuple(str(s) for s in data.get("forbidden_tools") or ()),
             max_steps=data.get("max_steps"),
             stop_reason=data.get("stop_reason"),
+            guardrail=_strings(data.get("guardrail")),
+            answer_json=data.get("answer_json"),
         )
 
 
@@ -135,6 +142,10 @@ class Observed:
     model_calls: int
     tokens: int
     latency_s: float
+    #: The guardrails that tripped (engine.guards.Trip.to_json), every turn's.
+    trips: Sequence[Mapping[str, Any]] = ()
+    #: The last turn's structured answer (None: none).
+    answer_json: Any = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +193,13 @@ def score_run(expect: Expect, seen: Observed) -> RunScore:
         failures.append(f"{seen.model_calls} model calls > {expect.max_steps}")
     if expect.stop_reason and seen.stop_reason != expect.stop_reason:
         failures.append(f"stopped by {seen.stop_reason}, not {expect.stop_reason}")
+    for name in expect.guardrail:
+        if not any(_trip_names(trip, name) for trip in seen.trips):
+            failures.append(f"no guardrail tripped on {name!r}")
+    if expect.answer_json is not None and not _subset(
+        expect.answer_json, seen.answer_json
+    ):
+        failures.append(f"the structured answer lacks {dict(expect.answer_json)}")
     return RunScore(
         passed=not failures,
         failures=tuple(failures),
@@ -189,6 +207,20 @@ def score_run(expect: Expect, seen: Observed) -> RunScore:
         argument_match=argument_match,
         unauthorized=len(forbidden),
         executed_forbidden=sum(1 for c in forbidden if c.executed),
+    )
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value)
+
+
+def _trip_names(trip: Mapping[str, Any], wanted: str) -> bool:
+    return wanted in (trip.get("name"), trip.get("kind")) or wanted in (
+        trip.get("labels") or ()
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 from .spec import StepRecord, StopReason, ToolSpec, Usage
 
@@ -80,8 +80,15 @@ class Journal(Protocol):
         ...
 
     def finish(
-        self, reason: StopReason, *, answer: str | None, message: str | None
-    ) -> None: ...
+        self,
+        reason: StopReason,
+        *,
+        answer: str | None,
+        message: str | None,
+        answer_json: Any = None,
+    ) -> None:
+        """End the run; ``answer_json`` is a structured answer's parsed value."""
+        ...
 
     def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
         """A non-retryable call started before a crash; hand it to an operator."""

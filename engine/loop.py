@@ -14,6 +14,7 @@ importable from here too, as before they had a module of their own).
 from __future__ import annotations
 
 import contextvars
+import inspect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,16 @@ from .context import (
     fitted_messages,
 )
 from .execution import Executor, select_fields
+from .guards import (
+    ClassifierVerdict,
+    GuardAction,
+    Guards,
+    GuardStage,
+    Screen,
+    Trip,
+    block_message,
+    tool_block,
+)
 from .handoff import (
     Handoffs,
     any_handoff,
@@ -70,6 +81,13 @@ from .spec import (
     Usage,
     utcnow,
 )
+from .structured import (
+    REPAIR_TURNS,
+    AnswerSchema,
+    bad_answer_message,
+    repair_note,
+    repairs_used,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +127,25 @@ class Engine:
     #: Hears each turn's reply as the model writes it (the worker pushes it to
     #: the run's watchers); None: nobody does.
     reply_watcher: ReplyWatcher | None = None
+    #: The run's guardrails (engine.guards, from its agent snapshot); None: the
+    #: run checks nothing and pays nothing for it.
+    guards: Guards | None = None
 
     def __post_init__(self) -> None:
+        # A structured answer (engine.structured): the schema, and which of its
+        # response formats the endpoint takes (the first until one is refused).
+        self._answer_schema = (
+            AnswerSchema.from_snapshot(self.agent.extra)
+            if self.agent is not None and self.agent.extra
+            else None
+        )
+        self._format_at = 0
+        if self._answer_schema is not None and not _takes_response_format(
+            self.model_client
+        ):
+            self._format_at = len(self._answer_schema.response_formats()) - 1
+        self._input_verdicts: Future[dict[str, ClassifierVerdict]] | None = None
+        self._guard_message: str | None = None
         # The acting agent: the handoff step that made it act (0: the start).
         self._acting = self.agent or AgentSnapshot()
         self._acting_seq = 0
@@ -143,6 +178,8 @@ class Engine:
             )
             if self._follow(steps, snap, before_seq=last_model):
                 routed = True
+        if self.guards is not None and self._screen_input(journal, steps, snap):
+            return Outcome.FINISHED
         while True:
             if journal.control().cancelled:
                 journal.finish(StopReason.CANCELLED, answer=None, message=None)
@@ -209,6 +246,13 @@ class Engine:
                 journal.finish(StopReason.MODEL_ERROR, answer=None, message=str(exc))
                 return Outcome.FINISHED
 
+            if self._input_verdicts is not None and self._input_blocked(
+                journal, steps, snap, reply, estimate
+            ):
+                return Outcome.FINISHED
+            answer_screen = (
+                self._screen_answer(reply) if self.guards is not None else None
+            )
             planned = self._plan(
                 reply, steps, snap, estimate, journal.task_id, in_context=in_context
             )
@@ -227,13 +271,9 @@ class Engine:
             # the budgets count what the step says.
             snap.usage = snap.usage + Usage.from_dict(planned[0].usage)
             if not reply.tool_calls:
-                answer = self.redactor.text(reply.content or "").strip()
-                journal.finish(
-                    StopReason.FINAL_ANSWER,
-                    answer=answer or "(The model returned an empty answer.)",
-                    message=None,
-                )
-                return Outcome.FINISHED
+                outcome = self._answer(journal, steps, snap, reply, answer_screen)
+                if outcome is not None:
+                    return outcome
 
     # -- turns ------------------------------------------------------------------
 
@@ -258,6 +298,11 @@ class Engine:
     ) -> StopReason | None:
         limits = self.limits
         model_calls = [s for s in steps if s.kind is StepKind.MODEL_CALL]
+        if self.guards is not None and self.guards.blocks_results and model_calls:
+            trip = tool_block(steps, model_calls[-1].seq)
+            if trip is not None:
+                self._guard_message = block_message(trip, snap.goal)
+                return StopReason.GUARDRAIL
         if model_calls:
             flagged = StepDetail(model_calls[-1].detail).stop
             if flagged is not None:
@@ -295,6 +340,8 @@ class Engine:
             spent = format_usd(run_cost(steps))
             budget = format_usd(self.limits.max_cost_usd)
             return f"Stopped: the run used up its cost budget ({spent} of {budget})."
+        if reason is StopReason.GUARDRAIL and self._guard_message is not None:
+            return self._guard_message
         return _STOP_MESSAGES.get(reason)
 
     # -- handoffs -----------------------------------------------------------------
@@ -352,7 +399,12 @@ class Engine:
         estimate = TokenEstimator().raw(messages)
         try:
             reply = self._call_model(
-                journal, messages, snap.model, tools=[], live=False
+                journal,
+                messages,
+                snap.model,
+                tools=[],
+                live=False,
+                structured=False,
             )
         except _Interrupted as stop:
             self._finish_interrupted(journal, stop)
@@ -426,22 +478,26 @@ class Engine:
         *,
         tools: list[dict[str, Any]] | None = None,
         live: bool = True,
+        structured: bool = True,
     ) -> ModelReply:
         """The model's reply; ``live`` streams it to :attr:`reply_watcher` as it
         is written (a routing call is not the run's answer)."""
         tools = self._tools() if tools is None else tools
+        complete = (
+            self._complete_structured
+            if structured and self._answer_schema is not None
+            else self.model_client.complete
+        )
         stream = ReplyStream(self.reply_watcher if live else None)
         token = reply_stream.set(stream)
         try:
             if self.model_pool is None:
-                return self.model_client.complete(
-                    messages=messages, tools=tools, model=model
-                )
+                return complete(messages=messages, tools=tools, model=model)
             # The run's context goes along (the task and intent of its log
             # lines, the reply's stream).
             future: Future[ModelReply] = self.model_pool.submit(
                 contextvars.copy_context().run,
-                self.model_client.complete,
+                complete,
                 messages=messages,
                 tools=tools,
                 model=model,
@@ -566,6 +622,187 @@ class Engine:
             for step in persisted:
                 self.on_step(step)
         return persisted
+
+    # -- guardrails and structured answers (engine.guards, engine.structured) ------
+
+    def _screen_input(
+        self, journal: Journal, steps: list[StepRecord], snap: RunSnapshot
+    ) -> bool:
+        """Check the user's input before the model reads it: the pure checks now
+        (deterministic, so a resumed run masks the same again and records its
+        trips once), a classifier beside the run's first model call when there
+        is a pool to run it on (else now). True when a block stopped the run."""
+        guards = self.guards
+        assert guards is not None
+        if not guards.at(GuardStage.INPUT):
+            return False
+        first = not any(s.kind is StepKind.MODEL_CALL for s in steps)
+        later = first and self.model_pool is not None
+        screen = guards.screen(
+            GuardStage.INPUT, snap.goal, pure_only=later or not first
+        )
+        snap.history = [
+            {
+                **turn,
+                "content": guards.screen(
+                    GuardStage.INPUT, turn["content"], pure_only=True
+                ).text,
+            }
+            if turn.get("role") == "user"
+            else turn
+            for turn in snap.history
+        ]
+        recorded = any(
+            s.kind is StepKind.GUARDRAIL
+            and s.detail.get(DetailKey.GUARDRAIL, {}).get("stage") == GuardStage.INPUT
+            for s in steps
+        )
+        if screen.trips and not recorded:
+            self._record_trips(journal, steps, screen.trips)
+        snap.goal = screen.text
+        if screen.blocked is not None:
+            self._finish_blocked(journal, screen.blocked, snap)
+            return True
+        if later and self.model_pool is not None:
+            self._input_verdicts = guards.classify_later(
+                GuardStage.INPUT, snap.goal, self.model_pool
+            )
+        return False
+
+    def _input_blocked(
+        self,
+        journal: Journal,
+        steps: list[StepRecord],
+        snap: RunSnapshot,
+        reply: ModelReply,
+        estimate: float,
+    ) -> bool:
+        """The input's classifiers, asked beside the model call, answer: their
+        trips are recorded; a block keeps the reply (paid for, in the trace) but
+        runs none of its calls, and stops the run."""
+        assert self.guards is not None and self._input_verdicts is not None
+        verdicts = self._input_verdicts.result()
+        self._input_verdicts = None
+        trips = [
+            Trip(spec, ("classifier",), verdict.reason)
+            for spec in self.guards.classifiers(GuardStage.INPUT)
+            if (verdict := verdicts.get(spec.name)) is not None and verdict.tripped
+        ]
+        blocked = Screen(snap.goal, trips).blocked
+        if blocked is not None:
+            model_step = self._model_step(
+                reply, steps, estimate, in_context=int(estimate) + 1
+            )
+            model_step.detail[DetailKey.STOP] = StopReason.GUARDRAIL.value
+            steps.extend(self._append(journal, [model_step]))
+        if trips:
+            self._record_trips(journal, steps, trips)
+        if blocked is not None:
+            self._finish_blocked(journal, blocked, snap)
+            return True
+        return False
+
+    def _screen_answer(self, reply: ModelReply) -> Screen | None:
+        """Check a final answer before anything records it: a redact masks the
+        reply itself, so neither the trace nor the user sees what it found."""
+        assert self.guards is not None
+        if reply.tool_calls or not self.guards.at(GuardStage.ANSWER):
+            return None
+        screen = self.guards.screen(GuardStage.ANSWER, reply.content or "")
+        if screen.text != (reply.content or ""):
+            reply.content = screen.text
+            reply.message = {**reply.message, "content": screen.text}
+        return screen
+
+    def _answer(
+        self,
+        journal: Journal,
+        steps: list[StepRecord],
+        snap: RunSnapshot,
+        reply: ModelReply,
+        screen: Screen | None,
+    ) -> Outcome | None:
+        """Finish with the final answer: its guardrails' trips recorded (a block
+        stops the run instead), a structured answer checked against its schema
+        (one repair turn: None, the loop goes on; then ``bad_answer``)."""
+        if screen is not None and screen.trips:
+            self._record_trips(journal, steps, screen.trips)
+            if screen.blocked is not None:
+                self._finish_blocked(journal, screen.blocked, snap)
+                return Outcome.FINISHED
+        answer = self.redactor.text(reply.content or "").strip()
+        if self._answer_schema is None:
+            journal.finish(
+                StopReason.FINAL_ANSWER,
+                answer=answer or "(The model returned an empty answer.)",
+                message=None,
+            )
+            return Outcome.FINISHED
+        value, problem = self._answer_schema.check(answer)
+        if problem is None:
+            journal.finish(
+                StopReason.FINAL_ANSWER, answer=answer, message=None, answer_json=value
+            )
+            return Outcome.FINISHED
+        if repairs_used(steps) < REPAIR_TURNS:
+            note = repair_note(_next_seq(steps), problem, self._answer_schema.schema)
+            steps.extend(self._append(journal, [note]))
+            return None
+        journal.finish(
+            StopReason.BAD_ANSWER, answer=None, message=bad_answer_message(problem)
+        )
+        return Outcome.FINISHED
+
+    def _screen_result(
+        self, step: StepRecord, value: Any, detail: dict[str, Any]
+    ) -> Any:
+        """A tool's result through the tool_result guardrails, before the model
+        reads it: masked where one redacts, withheld where one blocks (the run
+        stops at the turn's end); the trips annotate the call's step."""
+        assert self.guards is not None
+        value, trips = self.guards.screen_data(
+            GuardStage.TOOL_RESULT, value, seq=step.seq
+        )
+        if not trips:
+            return value
+        detail[DetailKey.GUARDRAIL] = [trip.to_json() for trip in trips]
+        self.guards.tell(trips, (step.idempotency_key or "").split(":", 1)[0])
+        if any(trip.action is GuardAction.BLOCK for trip in trips):
+            return {"withheld": "A guardrail blocked this result."}
+        return value
+
+    def _record_trips(
+        self, journal: Journal, steps: list[StepRecord], trips: Sequence[Trip]
+    ) -> None:
+        assert self.guards is not None
+        records: list[StepRecord] = []
+        for trip in trips:
+            records.append(self.guards.step(trip, _next_seq([*steps, *records])))
+        steps.extend(self._append(journal, records))
+        self.guards.tell(trips, journal.task_id)
+
+    def _finish_blocked(self, journal: Journal, trip: Trip, snap: RunSnapshot) -> None:
+        journal.finish(
+            StopReason.GUARDRAIL, answer=None, message=block_message(trip, snap.goal)
+        )
+
+    def _complete_structured(self, **request: Any) -> ModelReply:
+        """A model call that asks for the answer's schema: the first response
+        format the endpoint takes (a refused one is not asked for again)."""
+        assert self._answer_schema is not None
+        formats = self._answer_schema.response_formats()
+        while True:
+            chosen = formats[self._format_at]
+            if chosen is None:
+                return self.model_client.complete(**request)
+            try:
+                # Only a client that takes it gets here (_takes_response_format).
+                complete: Callable[..., ModelReply] = self.model_client.complete
+                return complete(**request, response_format=chosen)
+            except ModelError as exc:
+                if "response_format" not in str(exc):
+                    raise
+                self._format_at += 1
 
     # -- execution ----------------------------------------------------------------
 
@@ -716,6 +953,8 @@ class Engine:
         detail[DetailKey.ATTEMPT_COUNT] = len(result.attempts)
         if result.ok:
             value = self.redactor.data(select_fields(result.value, spec.result_fields))
+            if self.guards is not None and self.guards.at(GuardStage.TOOL_RESULT):
+                value = self._screen_result(step, value, detail)
             if spec.untrusted_output or result.untrusted:
                 detail[DetailKey.UNTRUSTED] = True
             if result.untrusted:
@@ -782,6 +1021,8 @@ _STOP_MESSAGES = {
     StopReason.APPROVAL_EXPIRED: "Stopped: an approval expired before anyone decided.",
     StopReason.HANDOFF_LOOP: "Stopped: the agents kept handing the conversation to "
     "each other.",
+    # A resumed run whose block was recorded before it finished.
+    StopReason.GUARDRAIL: "Stopped: a guardrail blocked the run.",
 }
 
 
@@ -811,6 +1052,18 @@ def _within(future: Future[StepRecord], seconds: float) -> StepRecord | None:
         return future.result(timeout=seconds)
     except TimeoutError:
         return None
+
+
+def _takes_response_format(client: ModelClient) -> bool:
+    """Whether ``client.complete`` takes a ``response_format`` (the openai
+    client does; :class:`ModelClient` itself does not promise it)."""
+    try:
+        parameters = inspect.signature(client.complete).parameters
+    except (TypeError, ValueError):
+        return False
+    return "response_format" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def _next_seq(steps: Sequence[StepRecord]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .journal import Control, RunSnapshot
 from .spec import ErrorClass, StepRecord, StepStatus, StopReason, ToolSpec, Usage
@@ -26,6 +27,8 @@ class MemoryJournal:
     cancelled: bool = False
     parked: bool = False
     finished: tuple[StopReason, str | None, str | None] | None = None
+    #: A structured answer's parsed value (engine.structured).
+    answer_json: Any = None
     #: The clock (seconds); tests pass a fake one to move time without sleeping.
     now: Callable[[], float] = time.monotonic
     clock: float | None = None
@@ -93,9 +96,15 @@ class MemoryJournal:
         return True
 
     def finish(
-        self, reason: StopReason, *, answer: str | None, message: str | None
+        self,
+        reason: StopReason,
+        *,
+        answer: str | None,
+        message: str | None,
+        answer_json: Any = None,
     ) -> None:
         self.finished = (reason, answer, message)
+        self.answer_json = answer_json
 
     def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
         return self.update(

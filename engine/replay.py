@@ -305,7 +305,12 @@ class ReplayJournal(MemoryJournal):
         ]
 
     def finish(
-        self, reason: StopReason, *, answer: str | None, message: str | None
+        self,
+        reason: StopReason,
+        *,
+        answer: str | None,
+        message: str | None,
+        answer_json: Any = None,
     ) -> None:
         if reason is StopReason.CANCELLED:
             # As the database journal does: open calls are skipped, not left open.
@@ -316,7 +321,7 @@ class ReplayJournal(MemoryJournal):
                     error=step.error or "Cancelled before it ran.",
                     error_class=step.error_class or ErrorClass.CANCELLED,
                 )
-        super().finish(reason, answer=answer, message=message)
+        super().finish(reason, answer=answer, message=message, answer_json=answer_json)
 
 
 # -- running it again ----------

@@ -50,6 +50,8 @@ class StepKind(StrEnum):
     TOOL_CALL = "tool_call"
     COMPACTION = "compaction"
     NOTE = "note"
+    #: A guardrail tripped on the user's input or the final answer (engine.guards).
+    GUARDRAIL = "guardrail"
 
 
 class StepStatus(StrEnum):
@@ -108,6 +110,11 @@ class StopReason(StrEnum):
     APPROVAL_EXPIRED = "approval_expired"
     #: Agents kept handing the run to each other (engine.handoff).
     HANDOFF_LOOP = "handoff_loop"
+    #: A guardrail whose action is block tripped (engine.guards).
+    GUARDRAIL = "guardrail"
+    #: The final answer did not match the agent's answer schema, after one repair
+    #: turn (engine.structured).
+    BAD_ANSWER = "bad_answer"
     MODEL_ERROR = "model_error"
     INTERNAL_ERROR = "internal_error"
     CANCELLED = "cancelled"
@@ -201,6 +208,9 @@ class DetailKey(StrEnum):
     # On a handoff's tool call: who handed the run to whom, and the snapshot of
     # the agent that acts from the next model call on (engine.handoff).
     HANDOFF = "handoff"
+    # A guardrail's trip (engine.guards): on a guardrail step, and on a tool call
+    # whose result a tool_result guardrail checked.
+    GUARDRAIL = "guardrail"
     # Notes and compactions (what the model is told).
     TEXT = "text"
     ATTACH_TO = "attach_to"

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from engine.evaluation import Call, Expect, Observed, RunScore, score_run
+from engine.guards import trips_of
 from engine.spec import HumanDecision, StepDetail, StepKind, StepStatus
 from runs.models import Step, Task
 from traces.stats import percentile
@@ -28,8 +29,10 @@ def observe(tasks: Sequence[Task], *, note: str = "") -> dict[str, Any]:
     last = tasks[-1]
     steps = Step.objects.filter(task__in=tasks).order_by("task__created_at", "seq")
     calls = []
+    trips: list[dict[str, Any]] = []
     model_calls = 0
     for step in steps.only("kind", "status", "tool", "arguments", "detail"):
+        trips.extend(trips_of(step))
         if step.kind == StepKind.MODEL_CALL:
             model_calls += 1
         elif step.kind == StepKind.TOOL_CALL and step.tool:
@@ -51,6 +54,8 @@ def observe(tasks: Sequence[Task], *, note: str = "") -> dict[str, Any]:
         "stop_reason": last.stop_reason or (note and "left_waiting") or last.status,
         "status": last.status,
         "calls": calls,
+        "trips": trips,
+        "answer_json": last.answer_json,
         "model_calls": model_calls,
         "tokens": sum(t.total_tokens for t in tasks),
         "latency_s": round((end - first.created_at).total_seconds(), 3),
@@ -70,6 +75,8 @@ def _observed(data: Mapping[str, Any]) -> Observed:
         model_calls=data["model_calls"],
         tokens=data["tokens"],
         latency_s=data["latency_s"],
+        trips=data.get("trips") or (),
+        answer_json=data.get("answer_json"),
     )
 
 

@@ -70,6 +70,10 @@ _EXPECT_KEYS = {
     "forbidden_tools",
     "max_steps",
     "stop_reason",
+    # A guardrail that must trip (a name, a kind or what it found), or several.
+    "guardrail",
+    # Fields the structured answer must hold (the agent's answer_schema).
+    "answer_json",
 }
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -178,6 +182,16 @@ def _case(case: Any, index: int, seen: set[str]) -> dict[str, Any]:
         )
     if expect.get("max_steps") is not None:
         _count(expect["max_steps"], f"{where}.expect.max_steps", 10_000)
+    guardrail = expect.get("guardrail")
+    if guardrail is not None and not (
+        isinstance(guardrail, str)
+        or (isinstance(guardrail, list) and all(isinstance(g, str) for g in guardrail))
+    ):
+        raise SuiteError(f"{where}.expect.guardrail: a name, or a list of names.")
+    if expect.get("answer_json") is not None and not isinstance(
+        expect["answer_json"], dict
+    ):
+        raise SuiteError(f"{where}.expect.answer_json: an object of fields.")
     approvals = case.get("approvals", Approver.REJECT)
     if approvals not in APPROVERS:
         raise SuiteError(f"{where}.approvals: one of {', '.join(APPROVERS)}.")

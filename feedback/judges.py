@@ -32,6 +32,7 @@ from django.utils import timezone
 from audit.services import audit_append
 from engine.model_client import ModelError
 from engine.spec import FINAL_TASK_STATUSES
+from engine.structured import complete_json, response_formats
 from feedback.models import FeedbackAuditKind, Judge, JudgeVerdict, ReviewLabel
 from infra.runtime import model_client, redactor
 from runs.models import Step, Task
@@ -48,18 +49,13 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "required": ["score", "reason"],
     "additionalProperties": False,
 }
+
+
 #: What a judge is asked for, in turn, until the endpoint takes one: OpenAI's
 #: json_schema; then json_object with the schema beside it (llama-cpp-python's
 #: server, the built-in model, which follows it under a grammar); then plain
 #: text (the shape is still parsed and checked).
-RESPONSE_FORMATS: tuple[dict[str, Any] | None, ...] = (
-    {
-        "type": "json_schema",
-        "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA, "strict": True},
-    },
-    {"type": "json_object", "schema": VERDICT_SCHEMA},
-    None,
-)
+RESPONSE_FORMATS = response_formats(VERDICT_SCHEMA, "verdict", strict=True)
 #: How much of each tool result the judge sees.
 RESULT_CHARS = 600
 MAX_CALLS_SHOWN = 12
@@ -159,22 +155,16 @@ def ask(
     messages = judge_messages(
         judge, question=question, answer=answer, calls=calls, reference=reference
     )
-    failure: ModelError | None = None
-    for response_format in RESPONSE_FORMATS:
-        try:
-            reply = model_client().complete(
-                messages=messages,
-                tools=[],
-                model=judge.model or settings.OPENAI_MODEL,
-                response_format=response_format,
-            )
-        except ModelError as exc:
-            failure = exc
-            if "response_format" not in str(exc):
-                break  # down, or refusing the request itself: no other format helps
-            continue
-        return parse_verdict(reply.content)
-    return Verdict(None, "", f"The judge's model failed: {failure}")
+    try:
+        content = complete_json(
+            model_client(),
+            messages,
+            model=judge.model or settings.OPENAI_MODEL,
+            formats=RESPONSE_FORMATS,
+        )
+    except ModelError as failure:
+        return Verdict(None, "", f"The judge's model failed: {failure}")
+    return parse_verdict(content)
 
 
 def run_calls(task: Task) -> list[dict[str, Any]]:

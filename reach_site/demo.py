@@ -13,6 +13,7 @@ from django.db import transaction
 from approvals.models import ApprovalRoute
 from automations.seed import seed_demo_schedule
 from effects.models import Note
+from guardrails.seed import seed_demo_guardrails
 from memory.seed import seed_memory_tools
 from registry import versions
 from registry.models import Agent, AgentLabel, AgentVersion, Tool
@@ -267,6 +268,7 @@ def seed_demo() -> list[str]:
         )
         agent_handoffs_set(agent=triage, targets=[(assistant, TRIAGE_TO_ASSISTANT)])
         created.append("agent triage")
+    created += seed_demo_guardrails(assistant=assistant)
     alice = users.filter(username="alice").first()
     if assistant is not None and alice is not None:
         created += seed_demo_schedule(owner=alice, agent=assistant)

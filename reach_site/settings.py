@@ -114,6 +114,7 @@ INSTALLED_APPS = [
     "traces",
     "memory",
     "feedback",
+    "guardrails",
     "notify",
     "evals",
     "gateway",

@@ -117,6 +117,8 @@ class AgentList(APIView):
             "handoffs": (
                 [t["agent"] for t in handoffs_of(agent)] if agent.has_handoffs else []
             ),
+            # The JSON Schema of its final answer (null: free text).
+            "answer_schema": running.answer_schema or None,
         }
 
 

@@ -18,6 +18,7 @@ from engine import spec as engine
 from engine.handoff import MAX_TARGET_NAME
 from engine.pricing import ModelPrice as EnginePrice
 from engine.routing import Routing, check_toolsets
+from engine.structured import schema_problem
 from infra.model_fields import optional_user
 from infra.records import record_of
 
@@ -145,10 +146,28 @@ class Agent(_Registered):
     # Whether it has handoff targets: kept by registry.services.agent_handoffs_sync
     # (the admin's save), so that a run of an agent without any reads no more.
     has_handoffs = models.BooleanField(default=False, editable=False)
+    # Its enabled guardrails as its runs' snapshots record them (engine.guards),
+    # kept by the guardrails app's signals: a run starts with them read from
+    # this row, no query of its own, and an agent without any carries nothing.
+    guardrail_specs = models.JSONField(default=list, blank=True, editable=False)
+    answer_schema = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='A JSON Schema its final answer must match (README "Structured '
+        'answers"): the model is asked for it, a mismatch gets one repair turn, '
+        "then the run stops with bad_answer. Empty: free text.",
+    )
     allowed_users, allowed_groups = _usable_by("usable_agents")
 
     class Meta(_Registered.Meta):
         db_table = "agents_agent"
+
+    def clean(self) -> None:
+        super().clean()
+        if self.answer_schema not in (None, {}, ""):
+            problem = schema_problem(self.answer_schema)
+            if problem is not None:
+                raise ValidationError({"answer_schema": problem})
 
     @property
     def effective_model(self) -> str:
@@ -213,6 +232,8 @@ AGENT_VERSIONED_FIELDS = (
     "max_cost_usd",
     "on_approval_expired",
     "max_handoffs",
+    # A structured answer's JSON Schema (issue 28): a new schema is a new version.
+    "answer_schema",
 )
 
 

@@ -14,6 +14,7 @@ from django.utils import timezone
 from audit.models import AuditKind
 from audit.services import audit_append
 from engine.canonical import canonical_json
+from engine.guards import GUARDRAILS_KEY
 from engine.json_input import json_problem
 from engine.planning import (
     DefinitionError,
@@ -25,6 +26,7 @@ from engine.pricing import PRICE_KEY, ModelPrice, price_for
 from engine.routing import ROUTE_KEY, ROUTING_KEY, Route, Routing
 from engine.safe_eval import EvaluationError, validate_rule
 from engine.spec import AgentSnapshot, Handler, Toolbox, ToolSpec
+from engine.structured import ANSWER_SCHEMA_KEY
 from registry import access
 from registry.adapters import mcp as mcp_adapter
 from registry.adapters.http import http_handler, http_settings_errors, leaves_house
@@ -349,8 +351,21 @@ def agent_snapshot_of(
         ),
         # An agent without targets costs no query (its flag says so).
         handoffs=tuple(handoffs_of(agent)) if agent.has_handoffs else (),
-        extra={ROUTING_KEY: routing.to_json()} if routing is not None else {},
+        extra=_snapshot_extra(agent, routing),
     )
+
+
+def _snapshot_extra(agent: Agent, routing: Routing | None) -> dict[str, Any]:
+    """What a snapshot records beside the engine's fields: the toolsets, the
+    answer's schema (engine.structured) and the guardrails (engine.guards)."""
+    extra: dict[str, Any] = {}
+    if routing is not None:
+        extra[ROUTING_KEY] = routing.to_json()
+    if agent.answer_schema:
+        extra[ANSWER_SCHEMA_KEY] = agent.answer_schema
+    if agent.guardrail_specs:
+        extra[GUARDRAILS_KEY] = list(agent.guardrail_specs)
+    return extra
 
 
 def handoffs_of(agent: Agent) -> list[dict[str, str]]:

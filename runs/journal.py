@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -239,7 +240,12 @@ class DjangoJournal:
         return True
 
     def finish(
-        self, reason: StopReason, *, answer: str | None, message: str | None
+        self,
+        reason: StopReason,
+        *,
+        answer: str | None,
+        message: str | None,
+        answer_json: Any = None,
     ) -> None:
         with _write_transaction():
             task = self._locked_task()
@@ -248,6 +254,9 @@ class DjangoJournal:
                 self._skip_open_steps(task)
             task.active_seconds = self.active_seconds()
             _finish_task(task, reason, answer=answer, message=message)
+            if answer_json is not None:
+                # Parsed from the redacted answer: nothing more to scrub.
+                task.answer_json = answer_json
             task.updated_at = timezone.now()
             task.save()
             notify.changes_on_commit(task, [], base=task.rev - 1)

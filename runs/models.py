@@ -122,6 +122,8 @@ class Task(models.Model):
         max_length=30, choices=StopReason.choices, null=True, blank=True
     )
     final_answer = models.TextField(null=True, blank=True)
+    # A structured answer's parsed value (the agent's answer_schema); null otherwise.
+    answer_json = models.JSONField(null=True, blank=True)
     error_message = models.TextField(blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)

@@ -81,6 +81,7 @@ TASK_PAYLOAD_FIELDS = (
     "status",
     "stop_reason",
     "final_answer",
+    "answer_json",
     "error_message",
     "prompt_tokens",
     "completion_tokens",
@@ -124,6 +125,8 @@ def task_payload(task: Task) -> dict[str, Any]:
         "stop_reason": task.stop_reason,
         "final_answer": task.final_answer,
         "usage": task.usage,
+        # A structured answer, parsed (the agent's answer schema); null otherwise.
+        "answer_json": task.answer_json,
         "steps": task.step_count,
         "parent": parent,
         "created_at": iso(task.created_at),

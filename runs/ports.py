@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from django.dispatch import Signal
 
+from engine.guards import Guards
 from engine.model_client import ModelClient
 from engine.spec import AgentSnapshot, StepRecord
 from infra.slots import Slot
@@ -88,6 +89,29 @@ def _no_memory(*, task: Task) -> StepRecord | None:
 #: (``MemoryConfig.ready``, memory/apps.py) with ``memory.services.memory_note``;
 #: unfilled, a run starts with its message alone (None).
 memory_for = Slot[MemoryFor]("memory note", filled_by="memory", default=_no_memory)
+
+
+# -- guardrails --------------------------------------------------------------------
+
+
+class GuardsFor(Protocol):
+    def __call__(self, *, snapshot: AgentSnapshot, task_id: str) -> Guards | None:
+        """The guardrails of a run recorded with ``snapshot``, ready to check
+        (their classifier's model, their audit), or None when it has none."""
+
+
+def _no_guards(*, snapshot: AgentSnapshot, task_id: str) -> Guards | None:
+    return None
+
+
+#: A run starts with its agent's guardrails in its snapshot (``Agent.
+#: guardrail_specs``, kept by the guardrails app), and its engine checks them with
+#: what this gives: built once per run, and only for a snapshot that records
+#: some. Filled by ``guardrails`` (``GuardrailsConfig.ready``, guardrails/apps.py)
+#: with ``guardrails.services.guards_for``; unfilled, a run checks nothing.
+guards_for = Slot[GuardsFor](
+    "a run's guardrail checks", filled_by="guardrails", default=_no_guards
+)
 
 
 # -- pages of higher apps that runs' templates link to ----------------------------

@@ -166,6 +166,14 @@ def _head(kind: str, get: Callable[[str], Any], detail: Mapping[str, Any]) -> st
         return f'<span class="kind">tool</span> <code class="tool">{tool}</code>'
     if kind == StepKind.NOTE:
         return '<span class="kind">note</span>'
+    if kind == StepKind.GUARDRAIL:
+        trip = detail.get("guardrail") or {}
+        return (
+            f'<span class="kind">guardrail</span> <code class="tool">'
+            f"{_e(get('tool'))}</code> "
+            f'<span class="small">→ {_e(trip.get("action"))} '
+            f"({_e(trip.get('stage'))})</span>"
+        )
     return f'<span class="kind">{_e(kind)}</span>'
 
 
@@ -183,7 +191,56 @@ def _body(
         return f'<div class="step-body"><span>{_e(detail.get("text"))}</span></div>'
     if kind == StepKind.COMPACTION:
         return f'<div class="step-body"><span>{_compaction(detail)}</span></div>'
+    if kind == StepKind.GUARDRAIL:
+        trip = detail.get("guardrail") or {}
+        return f'<div class="step-body">{_trip_row(trip)}</div>'
     return ""
+
+
+def _trip_row(trip: Mapping[str, Any]) -> str:
+    """What one guardrail found and did (engine.guards.Trip.to_json)."""
+    labels = ", ".join(_e(label) for label in trip.get("labels") or ())
+    reason = trip.get("reason")
+    return _kv(
+        "guardrail",
+        f"<span><strong>{_e(trip.get('name'))}</strong> ({_e(trip.get('kind'))}) "
+        f"found {labels} · {_e(trip.get('action'))}"
+        f"{f': “{_e(reason)}”' if reason else ''}</span>",
+        f"guardrail guardrail-{_e(trip.get('action'))}",
+    )
+
+
+def answer_table(value: Any) -> SafeString:
+    """A structured answer as a table: an object's fields as rows, a list of
+    objects as rows under their keys; everything escaped."""
+    return mark_safe(_answer_html(value))  # noqa: S308 - every value is escaped
+
+
+def _answer_html(value: Any) -> str:
+    if isinstance(value, Mapping):
+        rows = "".join(
+            f"<tr><th>{_e(key)}</th><td>{_answer_html(item)}</td></tr>"
+            for key, item in value.items()
+        )
+        return f'<table class="answer-json">{rows}</table>'
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        columns = list(dict.fromkeys(k for item in value for k in item))
+        head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+        body = "".join(
+            "<tr>"
+            + "".join(f"<td>{_answer_html(item.get(c, ''))}</td>" for c in columns)
+            + "</tr>"
+            for item in value
+        )
+        return (
+            f'<table class="answer-json"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>"
+        )
+    if isinstance(value, list):
+        return ", ".join(_answer_html(item) for item in value)
+    if value is None:
+        return ""
+    return _e(json_text(value) if isinstance(value, bool) else value)
 
 
 def _call_rows(
@@ -252,6 +309,8 @@ def _call_rows(
         rows.append(
             _kv("tainted by", f"<span>{', '.join(_e(t) for t in tainted)}</span>")
         )
+    for trip in detail.get("guardrail") or ():
+        rows.append(_trip_row(trip))
     return rows
 
 

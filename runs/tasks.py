@@ -29,6 +29,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from engine.evaluation import EvalCase, eval_toolbox
+from engine.guards import GUARDRAILS_KEY
 from engine.journal import LeaseLost, Outcome
 from engine.loop import Engine
 from engine.model_client import ModelClient, ModelError, UnavailableModel
@@ -178,6 +179,10 @@ def build_engine(task: Task) -> Engine:
             rev=lambda: task.rev,
             redactor=redactor,
         ),
+        # None (nothing asked of the slot) when the snapshot records none.
+        guards=ports.guards_for()(snapshot=snapshot, task_id=str(task.pk))
+        if GUARDRAILS_KEY in snapshot.extra
+        else None,
         # Made only when the run first hands off (or follows a handoff).
         handoffs=functools.partial(
             RegistryHandoffs,

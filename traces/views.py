@@ -33,6 +33,7 @@ from engine.spec import (
 )
 from feedback.judges import agreement_per_judge, online_scores
 from feedback.services import feedback_on, feedback_per_agent
+from guardrails.selectors import trip_counts
 from infra.views import template_enum
 from registry.models import Agent
 from runs import ports
@@ -663,6 +664,7 @@ def trace_stats(request: HttpRequest) -> HttpResponse:
             "feedback_rows": feedback_rows,
             "judge_days": judge_days,
             "judge_agreement": judge_agreement,
+            "guardrail_rows": trip_counts(tasks),
             "approval_rows": approval_rows,
             "median_decision": stats.human_duration(approvals.median_decision_s),
             "decided": approvals.decided,

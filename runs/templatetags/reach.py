@@ -12,6 +12,7 @@ from infra.durations import duration_words
 from infra.runtime import redactor
 from runs import ports
 from runs.payloads import step_payload
+from runs.step_html import answer_table as _answer_table
 from runs.step_html import json_text
 from runs.step_html import ms as _ms
 from runs.step_html import step_item as _step_item
@@ -38,6 +39,12 @@ def ms(value: float | None) -> str:
 def step_item(step: Any) -> str:
     """A step's list item (:func:`runs.step_html.step_item`)."""
     return _step_item(step)
+
+
+@register.simple_tag
+def answer_table(value: Any) -> str:
+    """A structured answer as a table (:func:`runs.step_html.answer_table`)."""
+    return _answer_table(value)
 
 
 @register.filter

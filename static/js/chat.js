@@ -35,6 +35,53 @@ function bubble(role, text, extra) {
   return div;
 }
 
+// A structured answer as a table, as runs/step_html.py answer_table draws it:
+// an object's fields as rows, a list of objects as rows under their keys.
+function answerTable(value) {
+  const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
+  if (isObject(value)) {
+    const table = el("table", "answer-json");
+    for (const [key, item] of Object.entries(value)) {
+      const row = el("tr");
+      row.append(el("th", "", key));
+      const cell = el("td");
+      cell.append(answerTable(item));
+      row.append(cell);
+      table.append(row);
+    }
+    return table;
+  }
+  if (Array.isArray(value) && value.length && value.every(isObject)) {
+    const columns = [...new Set(value.flatMap((item) => Object.keys(item)))];
+    const table = el("table", "answer-json");
+    const head = el("tr");
+    for (const column of columns) head.append(el("th", "", column));
+    const thead = el("thead");
+    thead.append(head);
+    const tbody = el("tbody");
+    for (const item of value) {
+      const row = el("tr");
+      for (const column of columns) {
+        const cell = el("td");
+        cell.append(answerTable(column in item ? item[column] : ""));
+        row.append(cell);
+      }
+      tbody.append(row);
+    }
+    table.append(thead, tbody);
+    return table;
+  }
+  if (Array.isArray(value)) {
+    const span = el("span");
+    value.forEach((item, index) => {
+      if (index) span.append(", ");
+      span.append(answerTable(item));
+    });
+    return span;
+  }
+  return document.createTextNode(value === null ? "" : String(value));
+}
+
 // A cost as the pages show it (engine.pricing.format_usd): never $0 for unknown.
 function formatUsd(value) {
   if (value === null || value === undefined) return "cost unknown";
@@ -114,6 +161,13 @@ function updateTask(article, task) {
           : task.error ||
             (task.stop_reason === "cancelled" ? "Cancelled." : `Stopped (${task.stop_reason}).`);
       const reply = bubble("assistant", text, task.status === "succeeded" ? "" : "stopped");
+      if (task.answer_json !== null && task.answer_json !== undefined) {
+        const body = reply.querySelector(".text");
+        body.textContent = "";
+        body.classList.add("answer-json");
+        body.dataset.answerJson = "";
+        body.append(answerTable(task.answer_json));
+      }
       reply.dataset.reply = "";
       article.append(reply);
     }

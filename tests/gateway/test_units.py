@@ -75,8 +75,10 @@ def test_the_gateway_serves_an_agent_only_to_those_who_may_use_it(alice, bob, de
     from gateway.services import GatewayError, gateway_agent
 
     demo.agent.allowed_users.add(alice)
-    # The demo's other agent (triage, which hands off to the assistant) too.
-    Agent.objects.get(name="triage").allowed_users.add(alice)
+    # The demo's other agents (triage, which hands off to the assistant, and the
+    # extractor, whose answer is structured) too.
+    for name in ("triage", "extractor"):
+        Agent.objects.get(name=name).allowed_users.add(alice)
     assert gateway_agent(name=demo.agent.name, user=alice) == demo.agent
     with pytest.raises(GatewayError, match="may not use the agent"):
         gateway_agent(name=demo.agent.name, user=bob)

@@ -69,8 +69,9 @@ def test_an_agent_named_for_a_user_is_hers_alone(demo, finance):
     assert may_use_agent(demo.alice, finance)
     assert not may_use_agent(demo.bob, finance)
     triage = Agent.objects.get(name="triage")  # the demo's, open to everyone
-    assert set(usable_agents(demo.bob)) == {demo.agent, triage}
-    assert set(usable_agents(demo.alice)) == {demo.agent, triage, finance}
+    extractor = Agent.objects.get(name="extractor")  # the demo's too
+    assert set(usable_agents(demo.bob)) == {demo.agent, triage, extractor}
+    assert set(usable_agents(demo.alice)) == {demo.agent, triage, extractor, finance}
 
 
 def test_a_group_opens_it_to_its_members(demo, finance):
@@ -168,9 +169,9 @@ def test_the_agent_list_shows_bob_only_his_agents_with_his_tools(
 ):
     bob = {a["name"]: a for a in bearer_client(demo.bob).get("/api/agents/").json()}
     alice = {a["name"]: a for a in bearer_client(demo.alice).get("/api/agents/").json()}
-    assert set(bob) == {"assistant", "triage"}
+    assert set(bob) == {"assistant", "triage", "extractor"}
     assert set(bob["assistant"]["tools"]) == offered - {"send_email"}
-    assert set(alice) == {"assistant", "triage", "finance"}
+    assert set(alice) == {"assistant", "triage", "extractor", "finance"}
     assert set(alice["assistant"]["tools"]) == offered
 
 
@@ -219,7 +220,7 @@ def test_the_chat_offers_bob_only_his_agents_and_tools(
     page = logged_in(demo.bob).get("/")
     assert page.status_code == 200
     agents = {a.name for a in page.context["agents"]}
-    assert agents == {"assistant", "triage"}
+    assert agents == {"assistant", "triage", "extractor"}
     assert {t.name for t in page.context["offered_tools"]} == offered - {"send_email"}
     assert b"<code>send_email</code>" not in page.content
     assert b"<code>send_email</code>" in logged_in(demo.alice).get("/").content

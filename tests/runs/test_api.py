@@ -41,8 +41,14 @@ def test_a_revoked_or_unknown_token_answers_401(alice, api_client_for):
 def test_agents_list_names_the_demo_agents_and_their_tools(alice, api_client_for):
     response = api_client_for(alice).get("/api/agents/")
     assert response.status_code == 200
-    # The assistant, and the triage agent that hands off to it (no tools).
-    triage, agent = response.json()
+    # The assistant, the triage agent that hands off to it (no tools), and the
+    # extractor, whose answer is structured.
+    extractor, triage, agent = response.json()
+    assert (extractor["name"], extractor["answer_schema"]["required"]) == (
+        "extractor",
+        ["summary", "plans"],
+    )
+    assert agent["answer_schema"] is None
     assert agent["name"] == "assistant"
     assert set(agent["tools"]) == {
         "calculate",
@@ -361,6 +367,7 @@ def test_tool_and_agent_lists_are_newest_first(admin_user, api_client_for):
     Agent.objects.create(name="support", description="Support desk.")
     assert [a["name"] for a in client.get("/api/agents/").json()] == [
         "support",
+        "extractor",
         "triage",
         "assistant",
     ]

@@ -1,0 +1,164 @@
+"""Structured answers: an agent's final answer as a JSON object of its schema.
+
+An agent may declare a JSON Schema for its final answer (``Agent.answer_schema``,
+recorded in the run's agent snapshot as ``extra["answer_schema"]``). The loop
+then asks every model call for it (:meth:`AnswerSchema.response_formats`: the
+``json_schema`` response format, else ``json_object`` with the schema beside it,
+which the built-in model follows under a grammar, else plain text), checks the
+final answer against it (:meth:`AnswerSchema.check`), gives the model one
+repair turn on a mismatch (:func:`repair_note`) and stops the run with
+``bad_answer`` on a second one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from .model_client import ModelError
+from .spec import DetailKey, StepKind, StepRecord, StepStatus, utcnow
+
+#: Where ``Task.agent_snapshot`` keeps the answer's schema.
+ANSWER_SCHEMA_KEY = "answer_schema"
+#: The reason of the note that asks the model to repair its answer.
+REPAIR_REASON = "bad_answer"
+#: How many repair turns one run gets before it stops with ``bad_answer``.
+REPAIR_TURNS = 1
+
+_FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def response_formats(
+    schema: dict[str, Any], name: str, *, strict: bool
+) -> tuple[dict[str, Any] | None, ...]:
+    """What to ask for, in turn, until the endpoint takes one: OpenAI's
+    json_schema; then json_object with the schema beside it (llama-cpp-python's
+    server, the built-in model, which follows it under a grammar); then plain
+    text (the shape is still parsed and checked). Judges, guardrails'
+    classifiers and structured answers all ask this way."""
+    return (
+        {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": schema, "strict": strict},
+        },
+        {"type": "json_object", "schema": schema},
+        None,
+    )
+
+
+def complete_json(
+    client: Any,
+    messages: list[dict[str, str]],
+    *,
+    model: str,
+    formats: Sequence[dict[str, Any] | None],
+) -> str | None:
+    """The content of ``client``'s reply to a request for JSON (no tools),
+    asked in each of ``formats`` in turn until the endpoint takes one. Raises
+    the ModelError of an endpoint that is down or refuses the request itself."""
+    failure: ModelError | None = None
+    for response_format in formats:
+        try:
+            reply = client.complete(
+                messages=messages,
+                tools=[],
+                model=model,
+                response_format=response_format,
+            )
+        except ModelError as exc:
+            failure = exc
+            if "response_format" not in str(exc):
+                break  # down, or refusing the request itself: no other format helps
+            continue
+        content: str | None = reply.content
+        return content
+    assert failure is not None
+    raise failure
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why ``schema`` is no usable answer schema (None: it is one)."""
+    if not isinstance(schema, Mapping) or not schema:
+        return "An answer schema is a JSON Schema object."
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return f"Not a valid JSON Schema: {exc.message}"
+    return None
+
+
+@dataclass(frozen=True)
+class AnswerSchema:
+    schema: Mapping[str, Any]
+
+    @classmethod
+    def from_snapshot(cls, extra: Mapping[str, Any]) -> AnswerSchema | None:
+        schema = extra.get(ANSWER_SCHEMA_KEY)
+        if schema_problem(schema) is not None:
+            return None
+        assert isinstance(schema, Mapping)
+        return cls(schema=dict(schema))
+
+    def response_formats(self) -> tuple[dict[str, Any] | None, ...]:
+        # Not strict: OpenAI's strict mode refuses schemas with optional keys.
+        return response_formats(dict(self.schema), "answer", strict=False)
+
+    def check(self, content: str) -> tuple[Any, str | None]:
+        """The answer parsed, or None and what is wrong with it (for the model)."""
+        text = content.strip()
+        fenced = _FENCED.match(text)
+        if fenced:
+            text = fenced.group(1)
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return None, f"The answer is not JSON ({exc.msg} at character {exc.pos})."
+        errors = sorted(
+            Draft202012Validator(self.schema).iter_errors(value),
+            key=lambda e: list(e.absolute_path),
+        )
+        if errors:
+            where = "/".join(str(p) for p in errors[0].absolute_path) or "(the top)"
+            return None, f"At {where}: {errors[0].message}"
+        return value, None
+
+
+def repairs_used(steps: list[StepRecord]) -> int:
+    """How many repair turns the run has had."""
+    return sum(
+        1
+        for s in steps
+        if s.kind is StepKind.NOTE and s.detail.get(DetailKey.REASON) == REPAIR_REASON
+    )
+
+
+def repair_note(seq: int, problem: str, schema: Mapping[str, Any]) -> StepRecord:
+    """The note that gives the model its repair turn: what was wrong, and the
+    schema again."""
+    now = utcnow()
+    text = (
+        "Your final answer does not match the required JSON Schema. "
+        f"{problem} Answer again with only a JSON value that matches this schema: "
+        f"{json.dumps(schema, ensure_ascii=False)}"
+    )
+    return StepRecord(
+        seq=seq,
+        kind=StepKind.NOTE,
+        status=StepStatus.SUCCEEDED,
+        started_at=now,
+        finished_at=now,
+        detail={DetailKey.TEXT: text, DetailKey.REASON: REPAIR_REASON},
+    )
+
+
+def bad_answer_message(problem: str) -> str:
+    return (
+        "Stopped: the answer did not match the agent's answer schema after a "
+        f"repair turn. {problem}"
+    )
