@@ -251,10 +251,10 @@ def task_start(
     with _refusal_audited(conversation.owner), transaction.atomic():
         # Lock the conversation: one active task per conversation.
         conversation = _locked(conversation)
-        # Checked and held in this transaction: see runs.budgets.budget_take.
-        budget = budget_take(user=conversation.owner) if enforce_budget else None
         turns = _turns(conversation)
         if turns.active is not None:
+            # Before the budget: a message that waits behind a run (queue,
+            # interrupt) holds nothing; it is checked when its run starts.
             raise ConversationBusy(
                 Task.objects.get(pk=turns.active), on_busy=conversation.on_busy
             )
@@ -263,6 +263,8 @@ def task_start(
             raise ConversationReadOnly(
                 "This conversation holds an imported trace; it is read-only."
             )
+        # Checked and held in this transaction: see runs.budgets.budget_take.
+        budget = budget_take(user=conversation.owner) if enforce_budget else None
         now = timezone.now()
         version = agent_version or version_resolve(conversation.agent)
         snapshot = agent_snapshot_of(

@@ -139,3 +139,21 @@ def test_without_a_budget_nothing_is_held(alice, demo):
     responses = post_at_once(alice, ids)
     assert [r.status_code for r in responses] == [202, 202, 202]
     assert not BudgetHold.objects.exists()
+
+
+def test_a_second_message_to_a_busy_conversation_is_queued_not_refused(alice, demo):
+    """The first run holds the whole budget, yet a message behind it is queued
+    (the conversation's default): it holds nothing until its own run starts."""
+    demo.agent.token_budget = 5_000
+    demo.agent.save()
+    DailyBudget.objects.create(user=alice, max_tokens=5_000)
+    conversation = runs.conversation_create(owner=alice, agent=demo.agent)
+    client = bearer_client(alice)
+
+    first = post_message(client, conversation.pk, "one")
+    second = post_message(client, conversation.pk, "two")
+
+    assert first.status_code == 202, first.content
+    assert second.status_code == 202, second.content
+    assert second.json()["queued"]["state"] == "queued"
+    assert BudgetHold.objects.filter(task__owner=alice).count() == 1
