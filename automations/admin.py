@@ -61,7 +61,18 @@ class _OwnedAdmin(admin.ModelAdmin):
         return super().has_view_permission(request, obj) and self._mine(request, obj)
 
 
-class ScheduleForm(forms.ModelForm):
+class _WebhookUrlForm(forms.ModelForm):
+    """A schedule's or trigger's form: its completion webhook URL held to the
+    HTTP tools' rule (``automations.services.webhook_url_checked``)."""
+
+    def clean_webhook_url(self) -> str:
+        try:
+            return services.webhook_url_checked(self.cleaned_data.get("webhook_url"))
+        except services.WebhookUrlInvalid as exc:
+            raise forms.ValidationError(exc.message) from exc
+
+
+class ScheduleForm(_WebhookUrlForm):
     class Meta:
         model = Schedule
         fields = [
@@ -76,12 +87,6 @@ class ScheduleForm(forms.ModelForm):
             "paused",
             "webhook_url",
         ]
-
-    def clean_webhook_url(self) -> str:
-        try:
-            return services.webhook_url_checked(self.cleaned_data.get("webhook_url"))
-        except services.WebhookUrlInvalid as exc:
-            raise forms.ValidationError(exc.message) from exc
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -193,7 +198,7 @@ class ScheduleAdmin(_OwnedAdmin):
             self.message_user(request, f"{schedule.name}: started run {task.pk}.")
 
 
-class TriggerForm(forms.ModelForm):
+class TriggerForm(_WebhookUrlForm):
     class Meta:
         model = Trigger
         fields = [
@@ -205,12 +210,6 @@ class TriggerForm(forms.ModelForm):
             "enabled",
             "webhook_url",
         ]
-
-    def clean_webhook_url(self) -> str:
-        try:
-            return services.webhook_url_checked(self.cleaned_data.get("webhook_url"))
-        except services.WebhookUrlInvalid as exc:
-            raise forms.ValidationError(exc.message) from exc
 
     def clean_template(self) -> str:
         template = self.cleaned_data["template"]
