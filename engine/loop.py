@@ -72,7 +72,7 @@ from .spec import (
     Usage,
     utcnow,
 )
-from .structured import AnswerFormat, AnswerSchema, settle_answer
+from .structured import AnswerFormat, settle_answer
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +118,7 @@ class Engine:
 
     def __post_init__(self) -> None:
         # A structured answer (engine.structured): its schema, asked for.
-        schema = (
-            AnswerSchema.from_snapshot(self.agent.extra)
-            if self.agent is not None and self.agent.extra
-            else None
-        )
-        self._format = (
-            AnswerFormat(schema, self.model_client) if schema is not None else None
-        )
+        self._format = AnswerFormat.of(self.agent, self.model_client)
         self._guard = self._run_guard()
         # The acting agent: the handoff step that made it act (0: the start).
         self._acting = self.agent or AgentSnapshot()
@@ -384,12 +377,7 @@ class Engine:
         estimate = TokenEstimator().raw(messages)
         try:
             reply = self._call_model(
-                journal,
-                messages,
-                snap.model,
-                tools=[],
-                live=False,
-                structured=False,
+                journal, messages, snap.model, tools=[], live=False, structured=False
             )
         except _Interrupted as stop:
             self._finish_interrupted(journal, stop)

@@ -25,7 +25,15 @@ from jsonschema.exceptions import SchemaError
 
 from .journal import next_seq
 from .model_client import ModelClient, ModelError, ModelReply
-from .spec import DetailKey, StepKind, StepRecord, StepStatus, StopReason, utcnow
+from .spec import (
+    AgentSnapshot,
+    DetailKey,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    StopReason,
+    utcnow,
+)
 
 #: Where ``Task.agent_snapshot`` keeps the answer's schema.
 ANSWER_SCHEMA_KEY = "answer_schema"
@@ -176,6 +184,19 @@ class AnswerFormat:
         self.schema = schema
         self._formats = schema.response_formats()
         self._at = 0 if takes_response_format(client) else len(self._formats) - 1
+
+    @classmethod
+    def of(
+        cls, agent: AgentSnapshot | None, client: ModelClient
+    ) -> AnswerFormat | None:
+        """The format of the answer ``agent`` (the run's snapshot) declares;
+        None when it declares none (the answer is plain text)."""
+        schema = (
+            AnswerSchema.from_snapshot(agent.extra)
+            if agent is not None and agent.extra
+            else None
+        )
+        return cls(schema, client) if schema is not None else None
 
     def complete(self, client: ModelClient, **request: Any) -> ModelReply:
         """A model call that asks for the answer's schema: the first response
