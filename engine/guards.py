@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from .journal import next_seq
+from .model_steps import next_seq
 from .redaction import Redactor
 from .spec import DetailKey, StepKind, StepRecord, StepStatus, StopReason, utcnow
 

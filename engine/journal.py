@@ -93,8 +93,3 @@ class Journal(Protocol):
     def outcome_unknown(self, step: StepRecord, spec: ToolSpec | None) -> StepRecord:
         """A non-retryable call started before a crash; hand it to an operator."""
         ...
-
-
-def next_seq(steps: Sequence[StepRecord]) -> int:
-    """The seq the next step of ``steps`` gets."""
-    return max((s.seq for s in steps), default=0) + 1

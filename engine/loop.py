@@ -38,7 +38,7 @@ from .handoff import (
     transfer_target,
     with_transfers,
 )
-from .journal import Control, Journal, LeaseLost, Outcome, RunSnapshot, next_seq  # noqa: F401
+from .journal import Control, Journal, LeaseLost, Outcome, RunSnapshot  # noqa: F401
 from .model_client import (
     ModelClient,
     ModelError,
@@ -47,7 +47,7 @@ from .model_client import (
     ReplyWatcher,
     reply_stream,
 )
-from .model_steps import cut_step, failed_model_step, model_step
+from .model_steps import cut_step, failed_model_step, model_step, next_seq
 from .planning import Planner
 from .pricing import ModelPrice, format_usd
 from .redaction import Redactor

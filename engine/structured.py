@@ -23,8 +23,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .journal import next_seq
 from .model_client import ModelClient, ModelError, ModelReply
+from .model_steps import next_seq
 from .spec import (
     AgentSnapshot,
     DetailKey,
