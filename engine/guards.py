@@ -23,6 +23,9 @@ Every check but the classifier is a regular expression pass over the text:
 instant, deterministic, so the loop runs it before the model call and again on a
 resumed run to rebuild what the model was shown. The classifier is a model call:
 on the input it runs beside the run's own model call (:meth:`Guards.classify_later`).
+
+:class:`RunGuard` is one run's guardrails as the loop (:class:`engine.loop.Engine`)
+applies them: where each stage is screened, and the steps and stop a trip makes.
 """
 
 from __future__ import annotations
@@ -33,10 +36,15 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .model_steps import next_seq
 from .redaction import Redactor
-from .spec import DetailKey, StepKind, StepRecord, StepStatus, utcnow
+from .spec import DetailKey, StepKind, StepRecord, StepStatus, StopReason, utcnow
+
+if TYPE_CHECKING:
+    from .journal import Journal, RunSnapshot
+    from .model_client import ModelReply
 
 #: Where ``Task.agent_snapshot`` keeps the run's guardrails.
 GUARDRAILS_KEY = "guardrails"
@@ -550,3 +558,178 @@ def tool_block(steps: Sequence[StepRecord], after_seq: int) -> Trip | None:
                 if spec is not None:
                     return Trip(spec, tuple(data.get("labels") or ()), seq=step.seq)
     return None
+
+
+#: Persists new steps through the engine (which also tells ``on_step``).
+Append = Callable[["Journal", list[StepRecord]], list[StepRecord]]
+#: The engine's model_call step of a reply (seq, usage and cost).
+ModelStep = Callable[..., StepRecord]
+
+
+class RunGuard:
+    """One run's guardrails at the loop's seams: the input screened before the
+    model reads it (its classifier beside the first model call), a tool's result
+    before the model reads it, the final answer before anything records it.
+    Built by the engine per run; what it needs of the engine comes in here."""
+
+    def __init__(
+        self, guards: Guards, *, append: Append, model_step: ModelStep
+    ) -> None:
+        self.guards = guards
+        self._append = append
+        self._model_step = model_step
+        self._input_verdicts: Future[dict[str, ClassifierVerdict]] | None = None
+        #: What the user is told of the block that stopped the run at a turn's
+        #: end (a tool's result); None: none did.
+        self.message: str | None = None
+
+    def screen_input(
+        self,
+        journal: Journal,
+        steps: list[StepRecord],
+        snap: RunSnapshot,
+        pool: Executor | None,
+    ) -> bool:
+        """Check the user's input before the model reads it: the pure checks now
+        (deterministic, so a resumed run masks the same again and records its
+        trips once), a classifier beside the run's first model call when there
+        is a ``pool`` (the engine's model pool) to run it on (else now). True
+        when a block stopped the run."""
+        guards = self.guards
+        if not guards.at(GuardStage.INPUT):
+            return False
+        first = not any(s.kind is StepKind.MODEL_CALL for s in steps)
+        later = first and pool is not None
+        screen = guards.screen(
+            GuardStage.INPUT, snap.goal, pure_only=later or not first
+        )
+        snap.history = [
+            {
+                **turn,
+                "content": guards.screen(
+                    GuardStage.INPUT, turn["content"], pure_only=True
+                ).text,
+            }
+            if turn.get("role") == "user"
+            else turn
+            for turn in snap.history
+        ]
+        recorded = any(
+            s.kind is StepKind.GUARDRAIL
+            and s.detail.get(DetailKey.GUARDRAIL, {}).get("stage") == GuardStage.INPUT
+            for s in steps
+        )
+        if screen.trips and not recorded:
+            self.record_trips(journal, steps, screen.trips)
+        snap.goal = screen.text
+        if screen.blocked is not None:
+            self.finish_blocked(journal, screen.blocked, snap)
+            return True
+        if later and pool is not None:
+            self._input_verdicts = guards.classify_later(
+                GuardStage.INPUT, snap.goal, pool
+            )
+        return False
+
+    def input_blocked(
+        self,
+        journal: Journal,
+        steps: list[StepRecord],
+        snap: RunSnapshot,
+        reply: ModelReply,
+        estimate: float,
+    ) -> bool:
+        """The input's classifiers, asked beside the model call, answer: their
+        trips are recorded; a block keeps the reply (paid for, in the trace) but
+        runs none of its calls, and stops the run. False at once when none was
+        asked (or it answered already)."""
+        if self._input_verdicts is None:
+            return False
+        verdicts = self._input_verdicts.result()
+        self._input_verdicts = None
+        trips = [
+            Trip(spec, ("classifier",), verdict.reason)
+            for spec in self.guards.classifiers(GuardStage.INPUT)
+            if (verdict := verdicts.get(spec.name)) is not None and verdict.tripped
+        ]
+        blocked = Screen(snap.goal, trips).blocked
+        if blocked is not None:
+            model_step = self._model_step(
+                reply, steps, estimate, in_context=int(estimate) + 1
+            )
+            model_step.detail[DetailKey.STOP] = StopReason.GUARDRAIL.value
+            steps.extend(self._append(journal, [model_step]))
+        if trips:
+            self.record_trips(journal, steps, trips)
+        if blocked is not None:
+            self.finish_blocked(journal, blocked, snap)
+            return True
+        return False
+
+    def screen_answer(self, reply: ModelReply) -> Screen | None:
+        """Check a final answer before anything records it: a redact masks the
+        reply itself, so neither the trace nor the user sees what it found."""
+        if reply.tool_calls or not self.guards.at(GuardStage.ANSWER):
+            return None
+        screen = self.guards.screen(GuardStage.ANSWER, reply.content or "")
+        if screen.text != (reply.content or ""):
+            reply.content = screen.text
+            reply.message = {**reply.message, "content": screen.text}
+        return screen
+
+    def answer_blocked(
+        self,
+        journal: Journal,
+        steps: list[StepRecord],
+        snap: RunSnapshot,
+        screen: Screen,
+    ) -> bool:
+        """The final answer's trips recorded; True when a block stopped the run
+        instead of the answer finishing it."""
+        self.record_trips(journal, steps, screen.trips)
+        if screen.blocked is not None:
+            self.finish_blocked(journal, screen.blocked, snap)
+            return True
+        return False
+
+    def results_blocked(
+        self, steps: Sequence[StepRecord], after_seq: int, snap: RunSnapshot
+    ) -> bool:
+        """Whether a block tripped on a result of the turn of model call
+        ``after_seq`` (or later): the run stops, :attr:`message` says why."""
+        trip = tool_block(steps, after_seq)
+        if trip is None:
+            return False
+        self.message = block_message(trip, snap.goal)
+        return True
+
+    def screen_result(
+        self, step: StepRecord, value: Any, detail: dict[str, Any]
+    ) -> Any:
+        """A tool's result through the tool_result guardrails, before the model
+        reads it: masked where one redacts, withheld where one blocks (the run
+        stops at the turn's end); the trips annotate the call's step."""
+        value, trips = self.guards.screen_data(
+            GuardStage.TOOL_RESULT, value, seq=step.seq
+        )
+        if not trips:
+            return value
+        detail[DetailKey.GUARDRAIL] = [trip.to_json() for trip in trips]
+        self.guards.tell(trips, (step.idempotency_key or "").split(":", 1)[0])
+        if any(trip.action is GuardAction.BLOCK for trip in trips):
+            return {"withheld": "A guardrail blocked this result."}
+        return value
+
+    def record_trips(
+        self, journal: Journal, steps: list[StepRecord], trips: Sequence[Trip]
+    ) -> None:
+        records: list[StepRecord] = []
+        for trip in trips:
+            records.append(self.guards.step(trip, next_seq([*steps, *records])))
+        steps.extend(self._append(journal, records))
+        self.guards.tell(trips, journal.task_id)
+
+    def finish_blocked(self, journal: Journal, trip: Trip, snap: RunSnapshot) -> None:
+        journal.finish(
+            StopReason.GUARDRAIL, answer=None, message=block_message(trip, snap.goal)
+        )

@@ -14,7 +14,7 @@ importable from here too, as before they had a module of their own).
 from __future__ import annotations
 
 import contextvars
-import inspect
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,16 +28,7 @@ from .context import (
     fitted_messages,
 )
 from .execution import Executor, select_fields
-from .guards import (
-    ClassifierVerdict,
-    GuardAction,
-    Guards,
-    GuardStage,
-    Screen,
-    Trip,
-    block_message,
-    tool_block,
-)
+from .guards import Guards, GuardStage, RunGuard, Screen
 from .handoff import (
     Handoffs,
     any_handoff,
@@ -56,7 +47,7 @@ from .model_client import (
     ReplyWatcher,
     reply_stream,
 )
-from .model_steps import cut_step, failed_model_step, model_step
+from .model_steps import cut_step, failed_model_step, model_step, next_seq
 from .planning import Planner
 from .pricing import ModelPrice, format_usd
 from .redaction import Redactor
@@ -81,13 +72,7 @@ from .spec import (
     Usage,
     utcnow,
 )
-from .structured import (
-    REPAIR_TURNS,
-    AnswerSchema,
-    bad_answer_message,
-    repair_note,
-    repairs_used,
-)
+from .structured import AnswerFormat, settle_answer
 
 log = logging.getLogger(__name__)
 
@@ -132,20 +117,9 @@ class Engine:
     guards: Guards | None = None
 
     def __post_init__(self) -> None:
-        # A structured answer (engine.structured): the schema, and which of its
-        # response formats the endpoint takes (the first until one is refused).
-        self._answer_schema = (
-            AnswerSchema.from_snapshot(self.agent.extra)
-            if self.agent is not None and self.agent.extra
-            else None
-        )
-        self._format_at = 0
-        if self._answer_schema is not None and not _takes_response_format(
-            self.model_client
-        ):
-            self._format_at = len(self._answer_schema.response_formats()) - 1
-        self._input_verdicts: Future[dict[str, ClassifierVerdict]] | None = None
-        self._guard_message: str | None = None
+        # A structured answer (engine.structured): its schema, asked for.
+        self._format = AnswerFormat.of(self.agent, self.model_client)
+        self._guard = self._run_guard()
         # The acting agent: the handoff step that made it act (0: the start).
         self._acting = self.agent or AgentSnapshot()
         self._acting_seq = 0
@@ -178,7 +152,11 @@ class Engine:
             )
             if self._follow(steps, snap, before_seq=last_model):
                 routed = True
-        if self.guards is not None and self._screen_input(journal, steps, snap):
+        if (self._guard.guards if self._guard is not None else None) is not self.guards:
+            self._guard = self._run_guard()  # ``guards`` set after construction
+        if self._guard is not None and self._guard.screen_input(
+            journal, steps, snap, self.model_pool
+        ):
             return Outcome.FINISHED
         while True:
             if journal.control().cancelled:
@@ -246,12 +224,12 @@ class Engine:
                 journal.finish(StopReason.MODEL_ERROR, answer=None, message=str(exc))
                 return Outcome.FINISHED
 
-            if self._input_verdicts is not None and self._input_blocked(
+            if self._guard is not None and self._guard.input_blocked(
                 journal, steps, snap, reply, estimate
             ):
                 return Outcome.FINISHED
             answer_screen = (
-                self._screen_answer(reply) if self.guards is not None else None
+                self._guard.screen_answer(reply) if self._guard is not None else None
             )
             planned = self._plan(
                 reply, steps, snap, estimate, journal.task_id, in_context=in_context
@@ -298,10 +276,9 @@ class Engine:
     ) -> StopReason | None:
         limits = self.limits
         model_calls = [s for s in steps if s.kind is StepKind.MODEL_CALL]
-        if self.guards is not None and self.guards.blocks_results and model_calls:
-            trip = tool_block(steps, model_calls[-1].seq)
-            if trip is not None:
-                self._guard_message = block_message(trip, snap.goal)
+        guard = self._guard
+        if guard is not None and guard.guards.blocks_results and model_calls:
+            if guard.results_blocked(steps, model_calls[-1].seq, snap):
                 return StopReason.GUARDRAIL
         if model_calls:
             flagged = StepDetail(model_calls[-1].detail).stop
@@ -340,8 +317,9 @@ class Engine:
             spent = format_usd(run_cost(steps))
             budget = format_usd(self.limits.max_cost_usd)
             return f"Stopped: the run used up its cost budget ({spent} of {budget})."
-        if reason is StopReason.GUARDRAIL and self._guard_message is not None:
-            return self._guard_message
+        blocked = self._guard.message if self._guard is not None else None
+        if reason is StopReason.GUARDRAIL and blocked is not None:
+            return blocked
         return _STOP_MESSAGES.get(reason)
 
     # -- handoffs -----------------------------------------------------------------
@@ -399,12 +377,7 @@ class Engine:
         estimate = TokenEstimator().raw(messages)
         try:
             reply = self._call_model(
-                journal,
-                messages,
-                snap.model,
-                tools=[],
-                live=False,
-                structured=False,
+                journal, messages, snap.model, tools=[], live=False, structured=False
             )
         except _Interrupted as stop:
             self._finish_interrupted(journal, stop)
@@ -464,7 +437,7 @@ class Engine:
         (:func:`~engine.model_steps.failed_model_step`)."""
         return failed_model_step(
             exc,
-            seq=_next_seq(steps),
+            seq=next_seq(steps),
             model=model,
             detail=detail,
             priced=self.price is not None,
@@ -484,8 +457,8 @@ class Engine:
         is written (a routing call is not the run's answer)."""
         tools = self._tools() if tools is None else tools
         complete = (
-            self._complete_structured
-            if structured and self._answer_schema is not None
+            functools.partial(self._format.complete, self.model_client)
+            if structured and self._format is not None
             else self.model_client.complete
         )
         stream = ReplyStream(self.reply_watcher if live else None)
@@ -525,7 +498,7 @@ class Engine:
         """The model_call step of the reply ``stop`` cut short
         (:func:`~engine.model_steps.cut_step`)."""
         assert stop.partial is not None
-        return cut_step(stop.partial, seq=_next_seq(steps), redactor=self.redactor)
+        return cut_step(stop.partial, seq=next_seq(steps), redactor=self.redactor)
 
     # -- planning -----------------------------------------------------------------
 
@@ -548,7 +521,7 @@ class Engine:
         (:func:`~engine.model_steps.model_step`)."""
         return model_step(
             reply,
-            seq=_next_seq(steps),
+            seq=next_seq(steps),
             estimate=estimate,
             in_context=in_context,
             redactor=self.redactor,
@@ -625,94 +598,10 @@ class Engine:
 
     # -- guardrails and structured answers (engine.guards, engine.structured) ------
 
-    def _screen_input(
-        self, journal: Journal, steps: list[StepRecord], snap: RunSnapshot
-    ) -> bool:
-        """Check the user's input before the model reads it: the pure checks now
-        (deterministic, so a resumed run masks the same again and records its
-        trips once), a classifier beside the run's first model call when there
-        is a pool to run it on (else now). True when a block stopped the run."""
-        guards = self.guards
-        assert guards is not None
-        if not guards.at(GuardStage.INPUT):
-            return False
-        first = not any(s.kind is StepKind.MODEL_CALL for s in steps)
-        later = first and self.model_pool is not None
-        screen = guards.screen(
-            GuardStage.INPUT, snap.goal, pure_only=later or not first
-        )
-        snap.history = [
-            {
-                **turn,
-                "content": guards.screen(
-                    GuardStage.INPUT, turn["content"], pure_only=True
-                ).text,
-            }
-            if turn.get("role") == "user"
-            else turn
-            for turn in snap.history
-        ]
-        recorded = any(
-            s.kind is StepKind.GUARDRAIL
-            and s.detail.get(DetailKey.GUARDRAIL, {}).get("stage") == GuardStage.INPUT
-            for s in steps
-        )
-        if screen.trips and not recorded:
-            self._record_trips(journal, steps, screen.trips)
-        snap.goal = screen.text
-        if screen.blocked is not None:
-            self._finish_blocked(journal, screen.blocked, snap)
-            return True
-        if later and self.model_pool is not None:
-            self._input_verdicts = guards.classify_later(
-                GuardStage.INPUT, snap.goal, self.model_pool
-            )
-        return False
-
-    def _input_blocked(
-        self,
-        journal: Journal,
-        steps: list[StepRecord],
-        snap: RunSnapshot,
-        reply: ModelReply,
-        estimate: float,
-    ) -> bool:
-        """The input's classifiers, asked beside the model call, answer: their
-        trips are recorded; a block keeps the reply (paid for, in the trace) but
-        runs none of its calls, and stops the run."""
-        assert self.guards is not None and self._input_verdicts is not None
-        verdicts = self._input_verdicts.result()
-        self._input_verdicts = None
-        trips = [
-            Trip(spec, ("classifier",), verdict.reason)
-            for spec in self.guards.classifiers(GuardStage.INPUT)
-            if (verdict := verdicts.get(spec.name)) is not None and verdict.tripped
-        ]
-        blocked = Screen(snap.goal, trips).blocked
-        if blocked is not None:
-            model_step = self._model_step(
-                reply, steps, estimate, in_context=int(estimate) + 1
-            )
-            model_step.detail[DetailKey.STOP] = StopReason.GUARDRAIL.value
-            steps.extend(self._append(journal, [model_step]))
-        if trips:
-            self._record_trips(journal, steps, trips)
-        if blocked is not None:
-            self._finish_blocked(journal, blocked, snap)
-            return True
-        return False
-
-    def _screen_answer(self, reply: ModelReply) -> Screen | None:
-        """Check a final answer before anything records it: a redact masks the
-        reply itself, so neither the trace nor the user sees what it found."""
-        assert self.guards is not None
-        if reply.tool_calls or not self.guards.at(GuardStage.ANSWER):
+    def _run_guard(self) -> RunGuard | None:
+        if self.guards is None:
             return None
-        screen = self.guards.screen(GuardStage.ANSWER, reply.content or "")
-        if screen.text != (reply.content or ""):
-            reply.content = screen.text
-            reply.message = {**reply.message, "content": screen.text}
-        return screen
+        return RunGuard(self.guards, append=self._append, model_step=self._model_step)
 
     def _answer(
         self,
@@ -726,83 +615,22 @@ class Engine:
         stops the run instead), a structured answer checked against its schema
         (one repair turn: None, the loop goes on; then ``bad_answer``)."""
         if screen is not None and screen.trips:
-            self._record_trips(journal, steps, screen.trips)
-            if screen.blocked is not None:
-                self._finish_blocked(journal, screen.blocked, snap)
+            assert self._guard is not None
+            if self._guard.answer_blocked(journal, steps, snap, screen):
                 return Outcome.FINISHED
         answer = self.redactor.text(reply.content or "").strip()
-        if self._answer_schema is None:
-            journal.finish(
-                StopReason.FINAL_ANSWER,
-                answer=answer or "(The model returned an empty answer.)",
-                message=None,
-            )
-            return Outcome.FINISHED
-        value, problem = self._answer_schema.check(answer)
-        if problem is None:
-            journal.finish(
-                StopReason.FINAL_ANSWER, answer=answer, message=None, answer_json=value
-            )
-            return Outcome.FINISHED
-        if repairs_used(steps) < REPAIR_TURNS:
-            note = repair_note(_next_seq(steps), problem, self._answer_schema.schema)
-            steps.extend(self._append(journal, [note]))
+        schema = self._format.schema if self._format is not None else None
+        settled = settle_answer(schema, answer, steps)
+        if settled.note is not None:
+            steps.extend(self._append(journal, [settled.note]))
             return None
         journal.finish(
-            StopReason.BAD_ANSWER, answer=None, message=bad_answer_message(problem)
+            settled.reason,
+            answer=settled.answer,
+            message=settled.message,
+            answer_json=settled.value,
         )
         return Outcome.FINISHED
-
-    def _screen_result(
-        self, step: StepRecord, value: Any, detail: dict[str, Any]
-    ) -> Any:
-        """A tool's result through the tool_result guardrails, before the model
-        reads it: masked where one redacts, withheld where one blocks (the run
-        stops at the turn's end); the trips annotate the call's step."""
-        assert self.guards is not None
-        value, trips = self.guards.screen_data(
-            GuardStage.TOOL_RESULT, value, seq=step.seq
-        )
-        if not trips:
-            return value
-        detail[DetailKey.GUARDRAIL] = [trip.to_json() for trip in trips]
-        self.guards.tell(trips, (step.idempotency_key or "").split(":", 1)[0])
-        if any(trip.action is GuardAction.BLOCK for trip in trips):
-            return {"withheld": "A guardrail blocked this result."}
-        return value
-
-    def _record_trips(
-        self, journal: Journal, steps: list[StepRecord], trips: Sequence[Trip]
-    ) -> None:
-        assert self.guards is not None
-        records: list[StepRecord] = []
-        for trip in trips:
-            records.append(self.guards.step(trip, _next_seq([*steps, *records])))
-        steps.extend(self._append(journal, records))
-        self.guards.tell(trips, journal.task_id)
-
-    def _finish_blocked(self, journal: Journal, trip: Trip, snap: RunSnapshot) -> None:
-        journal.finish(
-            StopReason.GUARDRAIL, answer=None, message=block_message(trip, snap.goal)
-        )
-
-    def _complete_structured(self, **request: Any) -> ModelReply:
-        """A model call that asks for the answer's schema: the first response
-        format the endpoint takes (a refused one is not asked for again)."""
-        assert self._answer_schema is not None
-        formats = self._answer_schema.response_formats()
-        while True:
-            chosen = formats[self._format_at]
-            if chosen is None:
-                return self.model_client.complete(**request)
-            try:
-                # Only a client that takes it gets here (_takes_response_format).
-                complete: Callable[..., ModelReply] = self.model_client.complete
-                return complete(**request, response_format=chosen)
-            except ModelError as exc:
-                if "response_format" not in str(exc):
-                    raise
-                self._format_at += 1
 
     # -- execution ----------------------------------------------------------------
 
@@ -953,8 +781,9 @@ class Engine:
         detail[DetailKey.ATTEMPT_COUNT] = len(result.attempts)
         if result.ok:
             value = self.redactor.data(select_fields(result.value, spec.result_fields))
-            if self.guards is not None and self.guards.at(GuardStage.TOOL_RESULT):
-                value = self._screen_result(step, value, detail)
+            guard = self._guard
+            if guard is not None and guard.guards.at(GuardStage.TOOL_RESULT):
+                value = guard.screen_result(step, value, detail)
             if spec.untrusted_output or result.untrusted:
                 detail[DetailKey.UNTRUSTED] = True
             if result.untrusted:
@@ -1052,19 +881,3 @@ def _within(future: Future[StepRecord], seconds: float) -> StepRecord | None:
         return future.result(timeout=seconds)
     except TimeoutError:
         return None
-
-
-def _takes_response_format(client: ModelClient) -> bool:
-    """Whether ``client.complete`` takes a ``response_format`` (the openai
-    client does; :class:`ModelClient` itself does not promise it)."""
-    try:
-        parameters = inspect.signature(client.complete).parameters
-    except (TypeError, ValueError):
-        return False
-    return "response_format" in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-
-
-def _next_seq(steps: Sequence[StepRecord]) -> int:
-    return max((s.seq for s in steps), default=0) + 1

@@ -1,8 +1,8 @@
 """The model_call steps a turn records: a reply's, a failed request's, a cut reply's.
 
 Pure constructors of :class:`~engine.spec.StepRecord`: the loop
-(:class:`engine.loop.Engine`) gives each its seq, the run's redactor and price,
-and persists what they return.
+(:class:`engine.loop.Engine`) gives each its seq (:func:`next_seq`), the run's
+redactor and price, and persists what they return.
 """
 
 from __future__ import annotations
@@ -108,6 +108,11 @@ def cut_step(partial: ModelReply, *, seq: int, redactor: Redactor) -> StepRecord
         cost_usd=None,
         detail={DetailKey.CUT: True, DetailKey.FINISH_REASON: None},
     )
+
+
+def next_seq(steps: Sequence[StepRecord]) -> int:
+    """The seq the next step of ``steps`` gets."""
+    return max((s.seq for s in steps), default=0) + 1
 
 
 def _first_attempt_start(attempts: Sequence[Attempt]) -> dt.datetime | None:

@@ -7,22 +7,33 @@ then asks every model call for it (:meth:`AnswerSchema.response_formats`: the
 which the built-in model follows under a grammar, else plain text), checks the
 final answer against it (:meth:`AnswerSchema.check`), gives the model one
 repair turn on a mismatch (:func:`repair_note`) and stops the run with
-``bad_answer`` on a second one.
+``bad_answer`` on a second one: :class:`AnswerFormat` makes the loop's model
+calls, :func:`settle_answer` says what the loop does with a final answer.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from .model_client import ModelError
-from .spec import DetailKey, StepKind, StepRecord, StepStatus, utcnow
+from .model_client import ModelClient, ModelError, ModelReply
+from .model_steps import next_seq
+from .spec import (
+    AgentSnapshot,
+    DetailKey,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    StopReason,
+    utcnow,
+)
 
 #: Where ``Task.agent_snapshot`` keeps the answer's schema.
 ANSWER_SCHEMA_KEY = "answer_schema"
@@ -162,3 +173,87 @@ def bad_answer_message(problem: str) -> str:
         "Stopped: the answer did not match the agent's answer schema after a "
         f"repair turn. {problem}"
     )
+
+
+class AnswerFormat:
+    """The run's model calls that ask for the answer's schema, and which of its
+    response formats the endpoint takes (the first until one is refused; the
+    last, plain text, for a client that takes none)."""
+
+    def __init__(self, schema: AnswerSchema, client: ModelClient) -> None:
+        self.schema = schema
+        self._formats = schema.response_formats()
+        self._at = 0 if takes_response_format(client) else len(self._formats) - 1
+
+    @classmethod
+    def of(
+        cls, agent: AgentSnapshot | None, client: ModelClient
+    ) -> AnswerFormat | None:
+        """The format of the answer ``agent`` (the run's snapshot) declares;
+        None when it declares none (the answer is plain text)."""
+        schema = (
+            AnswerSchema.from_snapshot(agent.extra)
+            if agent is not None and agent.extra
+            else None
+        )
+        return cls(schema, client) if schema is not None else None
+
+    def complete(self, client: ModelClient, **request: Any) -> ModelReply:
+        """A model call that asks for the answer's schema: the first response
+        format the endpoint takes (a refused one is not asked for again)."""
+        while True:
+            chosen = self._formats[self._at]
+            if chosen is None:
+                return client.complete(**request)
+            try:
+                # Only a client that takes it gets here (takes_response_format).
+                complete: Callable[..., ModelReply] = client.complete
+                return complete(**request, response_format=chosen)
+            except ModelError as exc:
+                if "response_format" not in str(exc):
+                    raise
+                self._at += 1
+
+
+def takes_response_format(client: ModelClient) -> bool:
+    """Whether ``client.complete`` takes a ``response_format`` (the openai
+    client does; :class:`ModelClient` itself does not promise it)."""
+    try:
+        parameters = inspect.signature(client.complete).parameters
+    except (TypeError, ValueError):
+        return False
+    return "response_format" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the loop does with a final answer checked against its schema: give
+    the model its repair turn (``note``), else finish the run as the rest says
+    (the answer and its parsed ``value``, or ``bad_answer`` and why)."""
+
+    reason: StopReason
+    answer: str | None = None
+    message: str | None = None
+    value: Any = None
+    note: StepRecord | None = None
+
+
+def settle_answer(
+    schema: AnswerSchema | None, answer: str, steps: list[StepRecord]
+) -> Settled:
+    """The final ``answer`` (redacted, stripped) checked against ``schema`` (None:
+    any answer will do): one repair turn on a mismatch, then ``bad_answer``."""
+    if schema is None:
+        return Settled(
+            StopReason.FINAL_ANSWER,
+            answer=answer or "(The model returned an empty answer.)",
+        )
+    value, problem = schema.check(answer)
+    if problem is None:
+        return Settled(StopReason.FINAL_ANSWER, answer=answer, value=value)
+    if repairs_used(steps) < REPAIR_TURNS:
+        note = repair_note(next_seq(steps), problem, schema.schema)
+        return Settled(StopReason.BAD_ANSWER, note=note)
+    return Settled(StopReason.BAD_ANSWER, message=bad_answer_message(problem))
