@@ -218,6 +218,10 @@ class TaskList(APIView):
         if agent := request.query_params.get("agent"):
             tasks = tasks.filter(agent__name=agent)
         if (version := request.query_params.get("agent_version")) is not None:
+            if not version.strip().isdigit():
+                raise ApiValidationError(
+                    {"agent_version": ["agent_version is a version number."]}
+                )
             tasks = selectors.filter_agent_version(tasks, version)
         page, headers = paginate(request, tasks.order_by("-created_at"))
         return Response([redacted(task_payload(t)) for t in page], headers=headers)

@@ -134,7 +134,10 @@ def test_the_api_shows_a_tasks_version_and_filters_by_it(demo, model, api_client
     assert api.get(f"/api/tasks/{second.pk}/").json()["agent_version"] == 2
     listed = api.get("/api/tasks/?agent_version=1").json()
     assert [t["id"] for t in listed] == [str(first.pk)]
-    assert api.get("/api/tasks/?agent_version=x").json() == []
+    # Not a version number: refused, as the schema says (an integer).
+    refused = api.get("/api/tasks/?agent_version=x")
+    assert refused.status_code == 400
+    assert refused.json()["agent_version"] == ["agent_version is a version number."]
 
 
 @pytest.mark.django_db
