@@ -50,6 +50,7 @@ from .model_client import (
 from .model_steps import cut_step, failed_model_step, model_step, next_seq
 from .planning import Planner
 from .pricing import ModelPrice, format_usd
+from .questions import for_question
 from .redaction import Redactor
 from .routing import Route, Routing, recorded_route
 from .spec import (
@@ -125,6 +126,7 @@ class Engine:
         self._acting_seq = 0
         self._port: Handoffs | None = None
         self._start_limits = self.limits
+        self._withheld: tuple[str, ...] = ()  # a question's writes (engine.questions)
         # Steps record the acting agent only on runs whose agent may hand off.
         self._agent_name: str | None = None
         if self.agent is not None and self.agent.handoffs:
@@ -152,6 +154,7 @@ class Engine:
             )
             if self._follow(steps, snap, before_seq=last_model):
                 routed = True
+        self._ask_only(snap)
         if (self._guard.guards if self._guard is not None else None) is not self.guards:
             self._guard = self._run_guard()  # ``guards`` set after construction
         if self._guard is not None and self._guard.screen_input(
@@ -185,6 +188,7 @@ class Engine:
 
             if follow and self._follow(steps, snap):
                 routed = True
+                self._ask_only(snap)
             reason = self._stop_reason(journal, steps, snap)
             if reason is not None:
                 journal.finish(
@@ -355,6 +359,13 @@ class Engine:
         log.info("agent %s acts from step %s on", took.agent.name, took.seq)
         return True
 
+    def _ask_only(self, snap: RunSnapshot) -> None:
+        """A run whose message only asks goes without writes (engine.questions)."""
+        if self.limits.questions_read_only and (
+            q := for_question(snap.goal, self.toolbox)
+        ):
+            self.toolbox, self._withheld = q.toolbox, q.withheld
+
     def _handoffs(self) -> Handoffs:
         self._port = open_port(self._port, self.handoffs)
         return self._port
@@ -519,7 +530,7 @@ class Engine:
     ) -> StepRecord:
         """The model_call step of ``reply``, with its usage and cost
         (:func:`~engine.model_steps.model_step`)."""
-        return model_step(
+        step = model_step(
             reply,
             seq=next_seq(steps),
             estimate=estimate,
@@ -527,6 +538,9 @@ class Engine:
             redactor=self.redactor,
             price=self.price,
         )
+        if self._withheld:
+            step.detail[DetailKey.WITHHELD] = list(self._withheld)
+        return step
 
     def _plan(
         self,

@@ -225,6 +225,7 @@ class DetailKey(StrEnum):
     CONTEXT_ESTIMATE = "context_estimate"
     FINISH_REASON = "finish_reason"
     CUT = "cut"  # on a model call: the reply was cut short (a cancel mid-reply)
+    WITHHELD = "withheld"  # on a model call: a question's writes (engine.questions)
     ATTEMPT_COUNT = "attempt_count"
     COPIED_FROM = "copied_from"
     FORK = "fork"
@@ -748,6 +749,8 @@ class Limits:
     max_cost_usd: float | None = None
     #: Handoffs between agents one run may make (engine.handoff).
     max_handoffs: int = 5
+    #: A question that asks for no action gets no write tool (engine.questions).
+    questions_read_only: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

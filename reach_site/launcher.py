@@ -715,6 +715,10 @@ def start_all(supervisor: Supervisor, plan: Plan) -> None:
     # The URLs above are set either way; these say where they came from.
     env["REACH_EMBEDDED_REDIS"] = "1" if plan.embedded_redis else "0"
     env["REACH_LOCAL_MODEL"] = "1" if plan.local_model else "0"
+    if plan.local_model:
+        # The built-in model runs as an assistant: a question is offered no
+        # write tool (engine.questions); REACH_QUESTIONS_READ_ONLY=0 offers them.
+        env.setdefault("REACH_QUESTIONS_READ_ONLY", "1")
 
     python = sys.executable
     host, port = plan.host, plan.port

@@ -331,6 +331,9 @@ OPENAI_BASE_URL = env_str("OPENAI_BASE_URL") or _var_file("model.url")
 OPENAI_API_KEY = env_str("OPENAI_API_KEY") or "local-model-no-key"
 OPENAI_MODEL = env_str("OPENAI_MODEL") or "qwen2.5-coder-1.5b-instruct"
 LOCAL_MODEL = env_bool("REACH_LOCAL_MODEL", not env_str("OPENAI_BASE_URL"))
+# Questions get no write tools (engine.questions; each agent may switch it off):
+# the launcher turns it on with the built-in model, which runs as an assistant.
+QUESTIONS_READ_ONLY = env_bool("REACH_QUESTIONS_READ_ONLY", False)
 REACH_MODEL_TIMEOUT_S = env_float("REACH_MODEL_TIMEOUT_S", 120.0)
 REACH_MODEL_CONNECT_TIMEOUT_S = env_float("REACH_MODEL_CONNECT_TIMEOUT_S", 5.0)
 REACH_MODEL_MAX_RETRIES = env_int("REACH_MODEL_MAX_RETRIES", 3)

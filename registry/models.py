@@ -125,6 +125,14 @@ class Agent(_Registered):
         "toolsets it needs (one short call, recorded as the run's first model "
         "step). Off: such a message is offered every tool.",
     )
+    questions_read_only = models.BooleanField(
+        default=True,
+        verbose_name="questions get no write",
+        help_text="Where the product runs as an assistant (REACH_QUESTIONS_READ_ONLY, "
+        "on with the built-in model), a message that asks a question and asks for "
+        "no action is offered only the read-only tools; its trace names the tools "
+        "it went without. Off: every message is offered every tool.",
+    )
     on_approval_expired = models.CharField(
         max_length=20,
         choices=OnApprovalExpired.choices,
@@ -181,6 +189,9 @@ class Agent(_Registered):
             stop_on_approval_expired=(
                 self.on_approval_expired == self.OnApprovalExpired.STOP
             ),
+            questions_read_only=(
+                self.questions_read_only and settings.QUESTIONS_READ_ONLY
+            ),
         )
 
     def routing(self) -> Routing | None:
@@ -221,6 +232,7 @@ AGENT_VERSIONED_FIELDS = (
     "tool_tags",
     "toolsets",
     "route_by_model",
+    "questions_read_only",
     "max_steps",
     "max_tool_calls",
     "tool_error_limit",

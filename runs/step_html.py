@@ -160,6 +160,13 @@ def _head(kind: str, get: Callable[[str], Any], detail: Mapping[str, Any]) -> st
             )
         elif get("status") == StepStatus.SUCCEEDED:
             out += ' <span class="small">→ answer</span>'
+        withheld = detail.get("withheld")
+        if withheld:  # engine.questions: a question's run went without its writes
+            out += (
+                ' <span class="muted small" data-withheld title="The message asks a '
+                'question and asks for no action: no write tool was offered">'
+                f"(a question: not offered {_e(', '.join(withheld))})</span>"
+            )
         return out
     if kind == StepKind.TOOL_CALL:
         tool = _e(get("tool"))

@@ -1,0 +1,89 @@
+"""A question gets no write: the tools a run withholds when its message only asks.
+
+A small model shown a write tool while answering a plain question sometimes
+proposes it ("what is the budget?" became a ticket, parked for approval, and the
+user got no answer). When an agent's limits say so (``Limits.questions_read_only``:
+the agent's switch, on where the product runs as an assistant), a run whose
+message asks a question and asks for no action is offered only its read-only
+tools (and its handoffs); its model calls record which tools were withheld
+(``DetailKey.WITHHELD``), so the trace says so. Anything that reads as a request
+to act ("open a ticket", "发邮件给…") keeps every tool: the rule only ever takes
+writes away from a question, and an approval still guards whatever a run may
+propose. Pure text rules; no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .spec import Risk, Toolbox, ToolKind
+
+# A question: a question mark anywhere, or an interrogative at its start
+# (English), or an interrogative word or particle (Chinese).
+_QUESTION_MARK = re.compile(r"[?？]")
+_QUESTION_EN = re.compile(
+    r"^\s*(?:please\s+)?(?:what|which|who|whom|whose|where|when|why|how|is|are|was|"
+    r"were|do|does|did|can|could|would|will|has|have|tell me|find|look up|show me)\b",
+    re.IGNORECASE,
+)
+_QUESTION_ZH = re.compile(
+    r"吗|呢|哪|什么|多少|几[个天条项]|是否|有没有|怎么|如何|为什么|谁"
+)
+
+# A request to act: a verb (or object) of the writes such an agent can make.
+_ACTION_EN = re.compile(
+    r"\b(?:create|open|file|raise|send|e-?mail|mail|post|submit|book|schedule|"
+    r"delete|remove|update|change|notify|forward|reply|cancel|refund|deploy|"
+    r"remember|forget|save|store|ticket|issue|message|write|draft|escalate|"
+    r"assign|close|approve|reject|pay|transfer|order|invite|publish)\b",
+    re.IGNORECASE,
+)
+_ACTION_ZH = re.compile(
+    r"创建|新建|开(?:一?[个张])?(?:工单|单)|工单|提交|发送|发(?:一?封)?邮件|发给|邮件|"
+    r"通知|删除|修改|更新|记住|忘记|忘掉|保存|安排|预订|退款|部署|转告|转交|回复|"
+    r"取消|支付|付款|审批|关闭|指派|分配|写一|起草|升级"
+)
+
+
+def asks_only(message: str) -> bool:
+    """True when ``message`` asks a question and asks for no action."""
+    text = message.strip()
+    if not text:
+        return False
+    question = bool(
+        _QUESTION_MARK.search(text)
+        or _QUESTION_EN.match(text)
+        or _QUESTION_ZH.search(text)
+    )
+    if not question:
+        return False
+    return not (_ACTION_EN.search(text) or _ACTION_ZH.search(text))
+
+
+@dataclass(frozen=True)
+class ReadOnlyTurn:
+    """The toolbox a question is offered, and the names it goes without."""
+
+    toolbox: Toolbox
+    withheld: tuple[str, ...]
+
+
+def for_question(message: str, toolbox: Toolbox) -> ReadOnlyTurn | None:
+    """``toolbox`` without its writes when ``message`` only asks; None when the
+    message asks for an action, or nothing would be withheld."""
+    withheld = tuple(
+        name
+        for name, spec in sorted(toolbox.specs.items())
+        if spec.risk != Risk.READ_ONLY and spec.kind != ToolKind.HANDOFF
+    )
+    if not withheld or not asks_only(message):
+        return None
+    kept = {n: s for n, s in toolbox.specs.items() if n not in withheld}
+    return ReadOnlyTurn(
+        toolbox=Toolbox(
+            specs=kept,
+            handlers={n: h for n, h in toolbox.handlers.items() if n in kept},
+        ),
+        withheld=withheld,
+    )
