@@ -52,8 +52,9 @@ def search_notes(
     order = search.rank(words, candidates)[:MAX_NOTES]
     if not order:
         raise ToolError(
-            f"No note mentions any word of {keyword!r}. Try fewer or other words "
-            "(one name or term works best)."
+            f"Nothing matched: no note mentions any word of {keyword!r}. Search "
+            "again with other words (one name or term works best; the notes may be "
+            "written in another language), or tell the user the notes do not say."
         )
     return [{"title": candidates[i][0], "content": candidates[i][1]} for i in order]
 

@@ -28,7 +28,7 @@ import llama_cpp
 from llama_cpp import llama_chat_format
 from llama_cpp.llama_grammar import LlamaGrammar
 
-from localmodel import CHAT_FORMAT, chatformat
+from localmodel import CHAT_FORMAT, answering, chatformat
 
 logger = logging.getLogger(__name__)
 
@@ -97,9 +97,11 @@ def reach_tools_chat_handler(
     """Answer one OpenAI chat request with a ``chat.completion`` dict (or, with
     ``stream``, the same completion replayed as chunks)."""
 
-    def plan(choice: Any) -> chatformat.RequestPlan:
+    def plan(
+        choice: Any, asked: list[dict[str, Any]] | None = None
+    ) -> chatformat.RequestPlan:
         return chatformat.plan_request(
-            messages,
+            messages if asked is None else asked,
             tools,
             choice,
             functions=functions,
@@ -109,10 +111,13 @@ def reach_tools_chat_handler(
             tool_first=TOOL_FIRST,
         )
 
-    def generate(
-        plan: chatformat.RequestPlan,
-    ) -> tuple[chatformat.ParsedReply, Any]:
-        prompt = tokenize_prompt(llama, plan.segments)
+    def complete(
+        segments: Sequence[chatformat.Segment],
+        grammar_text: str | None,
+        wanted: int,
+        **sampling: Any,
+    ) -> Any:
+        prompt = tokenize_prompt(llama, segments)
         room = llama.n_ctx() - len(prompt)
         if room <= 0:
             # llama.cpp's own words: the server answers them with OpenAI's 400
@@ -122,10 +127,9 @@ def reach_tools_chat_handler(
                 f"Requested tokens ({len(prompt)}) exceed context window of "
                 f"{llama.n_ctx()}"
             )
-        wanted = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
         grammar = (
-            LlamaGrammar.from_string(plan.grammar, verbose=False)
-            if plan.grammar is not None
+            LlamaGrammar.from_string(grammar_text, verbose=False)
+            if grammar_text is not None
             else None
         )
         stops = list(chatformat.STOP_STRINGS)
@@ -136,7 +140,6 @@ def reach_tools_chat_handler(
         completion: Any = llama.create_completion(
             prompt=prompt,
             max_tokens=min(wanted, room),
-            temperature=temperature,
             top_p=top_p,
             top_k=top_k,
             min_p=min_p,
@@ -155,21 +158,57 @@ def reach_tools_chat_handler(
             logits_processor=logits_processor,
             grammar=grammar,
             logit_bias=logit_bias,
+            **sampling,
+        )
+        # Every generation of this request counts toward its usage.
+        usage = completion.get("usage") or {}
+        spent[0] += int(usage.get("prompt_tokens", len(prompt)))
+        spent[1] += int(usage.get("completion_tokens", 0))
+        return completion
+
+    def generate(
+        plan: chatformat.RequestPlan,
+    ) -> tuple[chatformat.ParsedReply, Any]:
+        wanted = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
+        completion = complete(
+            plan.segments, plan.grammar, wanted, temperature=temperature
         )
         reply = chatformat.parse_completion(
             completion["choices"][0]["text"], plan.tool_names, tool_mode=plan.tool_mode
         )
         for error in reply.errors:
             logger.warning("local model: %s", error)
-        # Every generation of this request counts toward its usage.
-        usage = completion.get("usage") or {}
-        spent[0] += int(usage.get("prompt_tokens", len(prompt)))
-        spent[1] += int(usage.get("completion_tokens", 0))
         return reply, completion
+
+    def search_again(miss: answering.Miss) -> tuple[chatformat.ParsedReply, Any] | None:
+        """The missed search's words translated by the model, searched again."""
+        asked = answering.translation_prompt(miss)
+        completion = complete(
+            chatformat.render_prompt(asked, [], tool_mode=False),
+            answering.translation_grammar(miss.into),
+            answering.TRANSLATION_MAX_TOKENS,
+            temperature=0.0,
+        )
+        words = answering.expanded(miss, completion["choices"][0]["text"])
+        if words is None:
+            return None
+        logger.info("local model: searched again as %r", words)
+        call = answering.search_call(miss, words)
+        return chatformat.ParsedReply(content=None, tool_calls=[call]), completion
 
     spent = [0, 0]  # prompt and completion tokens, over every generation
     first = plan(tool_choice)
-    reply, completion = generate(first)
+    assistant = TOOL_FIRST and first.tool_mode and bool(first.tools)
+    miss = (
+        answering.missed_search(messages, first.tools)
+        if assistant and first.tool_choice.mode == "auto"
+        else None
+    )
+    again = search_again(miss) if miss is not None else None
+    if again is not None:
+        reply, completion = again
+    else:
+        reply, completion = generate(first)
     leak = (
         chatformat.find_leak(reply.content, first.tools)
         if first.tool_mode and not reply.tool_calls
@@ -190,16 +229,41 @@ def reach_tools_chat_handler(
             reply, completion = generate(plan(forced))
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
-        if TOOL_FIRST and first.tool_mode and first.tools and not reply.tool_calls
+        if assistant and not reply.tool_calls
         else []
     )
-    if made_up and first.tool_choice.mode == "auto":
+    auto = first.tool_choice.mode == "auto"
+    if made_up and auto:
         # A sum done in its head: ask again for a call (the calculator, in
         # practice); the answer then quotes the tool's result.
         logger.warning(
             "local model: numbers from nowhere %s; asked for a call", made_up
         )
         reply, completion = generate(plan("required"))
+    quoted = (
+        answering.uncomputed_expression(reply.content, first.tools)
+        if assistant and auto and not reply.tool_calls
+        else None
+    )
+    if quoted is not None:
+        # "The budget is 500 + 240": the calculator works it out.
+        logger.warning("local model: %r not computed; asked for calculate", quoted)
+        reply, completion = generate(
+            plan({"type": "function", "function": {"name": "calculate"}})
+        )
+    if (
+        assistant
+        and not reply.tool_calls
+        and answering.echoed_hint(reply.content, messages)
+    ):
+        # The search's hint given as the answer: asked again with the result
+        # said plainly, then the plain fact itself.
+        logger.warning("local model: the tool's hint as the answer; asked again")
+        reply, completion = generate(plan("none", answering.said_plainly(messages)))
+        if not reply.content or answering.echoed_hint(reply.content, messages):
+            reply = chatformat.ParsedReply(
+                content=answering.nothing_found(messages), tool_calls=[]
+            )
     source = (
         chatformat.source_line(reply.content, messages)
         if TOOL_FIRST and not reply.tool_calls

@@ -205,33 +205,66 @@ def test_a_sum_done_in_the_models_head_is_asked_again_as_a_call(monkeypatch):
     assert len(llama.grammars) == 2 and result["usage"]["completion_tokens"] == 10
 
 
+AFTER_A_SUM = [
+    *AFTER_A_SEARCH,
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c2",
+                "type": "function",
+                "function": {
+                    "name": "calculate",
+                    "arguments": '{"expression": "500 + 240"}',
+                },
+            }
+        ],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "c2",
+        "content": '{"expression": "500 + 240", "result": 740}',
+    },
+]
+
+
 @pytest.mark.parametrize(
-    ("assistant", "answer", "shown"),
+    ("assistant", "messages", "answer", "shown"),
     [
         # It quotes its result and names the note: left as it is.
         (
             True,
-            "搜索实验的预算表达式为 500 + 240。",
-            "搜索实验的预算表达式为 500 + 240。",
+            AFTER_A_SUM,
+            "搜索实验的预算总和是 500 + 240 = 740。",
+            "搜索实验的预算总和是 500 + 240 = 740。",
         ),
         # It names no note: the one it used is named for it.
         (
             True,
-            "预算表达式为 500 + 240。",
-            "预算表达式为 500 + 240。\n\n来源：搜索实验",
+            AFTER_A_SUM,
+            "预算总和是 740。",
+            "预算总和是 740。\n\n来源：搜索实验",
         ),
-        # The server alone (no assistant mode) lets a sum from nowhere be.
-        (False, "搜索实验的预算总和是 740。", "搜索实验的预算总和是 740。"),
+        # The server alone (no assistant mode) lets a sum from nowhere be, and an
+        # expression it did not work out.
+        (
+            False,
+            AFTER_A_SEARCH,
+            "搜索实验的预算总和是 740。",
+            "搜索实验的预算总和是 740。",
+        ),
+        (False, AFTER_A_SEARCH, "预算表达式为 500 + 240。", "预算表达式为 500 + 240。"),
     ],
 )
 def test_an_answer_is_asked_once_and_shown_as_the_assistant_would(
-    monkeypatch, assistant, answer, shown
+    monkeypatch, assistant, messages, answer, shown
 ):
     result, llama = ask(
         monkeypatch,
         [f"message:\n{answer}"],
         assistant=assistant,
-        messages=AFTER_A_SEARCH,
+        messages=messages,
     )
     message = result["choices"][0]["message"]
     assert message["content"] == shown

@@ -1,0 +1,328 @@
+"""What the built-in model's handler does about three kinds of wrong answer.
+
+Pure helpers over OpenAI chat messages (``localmodel.handler`` applies them in
+assistant mode, ``REACH_LOCAL_TOOL_FIRST=1``):
+
+- **A search that found nothing, in another language.** The notes' search is
+  lexical, so "the note about caching hot queries" finds no note written in
+  Chinese. When a search tool's call found nothing and its words are of one
+  script only, the handler asks the model to translate them into the other
+  language (a short call under a grammar that allows only that script) and
+  searches again with both: :func:`missed_search`, :func:`translation_prompt`,
+  :func:`expanded`. It costs nothing for a search that finds something.
+- **The tool's hint given as the answer.** An answer that repeats the hint of a
+  search that found nothing ("Try fewer or other words") is asked again with the
+  result said plainly, then, if it repeats it again, answered with the plain
+  fact in the asker's language: :func:`echoed_hint`, :func:`said_plainly`,
+  :func:`nothing_found`.
+- **An expression quoted, not computed.** An answer that holds ``500 + 240``
+  and not its value is sent back for a ``calculate`` call:
+  :func:`uncomputed_expression`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from localmodel.chatformat import (
+    _HAN,
+    _LATIN_WORD,
+    _RESULT_ROLES,
+    _sole_string_parameter,
+    _this_turn,
+    _tool_call,
+    asker_language,
+    content_text,
+)
+
+#: Tools whose calls look things up by words (the notes' search, long-term
+#: memory's recall): a call that found nothing is retried across languages.
+SEARCH_PREFIXES = ("search", "recall", "find", "lookup")
+#: Words of a translation kept (a small model may ramble on).
+MAX_TRANSLATED_WORDS = 6
+TRANSLATION_MAX_TOKENS = 24
+
+_LANGUAGE_NAME = {"zh": "Chinese", "en": "English"}
+
+
+def _is_search(name: str) -> bool:
+    return name.lower().startswith(SEARCH_PREFIXES)
+
+
+def _result(message: Mapping[str, Any]) -> Any:
+    try:
+        return json.loads(content_text(message.get("content")))
+    except ValueError:
+        return None
+
+
+def _found_nothing(value: Any) -> str | None:
+    """The hint of a result that found nothing (a failed call's ``error``, or an
+    empty ``items`` list's ``note``), else None."""
+    if isinstance(value, dict):
+        if isinstance(value.get("error"), str):
+            return str(value["error"])
+        if value.get("items") == []:
+            return str(value.get("note") or "")
+        return None
+    if value == []:
+        return ""
+    return None
+
+
+def _strings(arguments: Any) -> list[str]:
+    """The string values of a call's JSON arguments."""
+    try:
+        value = json.loads(str(arguments or "{}"))
+    except ValueError:
+        return []
+    return (
+        [v for v in value.values() if isinstance(v, str)]
+        if isinstance(value, dict)
+        else []
+    )
+
+
+def _scripts(text: str) -> tuple[bool, bool]:
+    return bool(_HAN.search(text)), bool(_LATIN_WORD.search(text))
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A search call of this turn that found nothing, to try again translated."""
+
+    tool: str
+    parameter: str
+    words: str
+    #: The language to translate the words into: ``zh`` or ``en``.
+    into: str
+
+
+def _calls_by_id(
+    messages: Sequence[Mapping[str, Any]],
+) -> dict[str, Mapping[str, Any]]:
+    calls: dict[str, Mapping[str, Any]] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or ():
+            if isinstance(call, Mapping) and call.get("id"):
+                calls[str(call["id"])] = call.get("function") or {}
+    return calls
+
+
+def missed_search(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+) -> Miss | None:
+    """The search the turn's last result answered with nothing, when its words
+    are of one script (so a translation adds words) and no search of this turn
+    has tried both scripts yet; None otherwise."""
+    if not messages or messages[-1].get("role") not in _RESULT_ROLES:
+        return None
+    if _found_nothing(_result(messages[-1])) is None:
+        return None
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    call = calls.get(str(messages[-1].get("tool_call_id") or ""))
+    if call is None or not _is_search(str(call.get("name") or "")):
+        return None
+    tool = next(
+        (t for t in tools if t.get("function", {}).get("name") == call.get("name")),
+        None,
+    )
+    parameter = _sole_string_parameter(tool) if tool is not None else None
+    if parameter is None:
+        return None
+    try:
+        arguments = json.loads(str(call.get("arguments") or "{}"))
+    except ValueError:
+        return None
+    words = arguments.get(parameter) if isinstance(arguments, dict) else None
+    if not isinstance(words, str) or not words.strip():
+        return None
+    for earlier in calls.values():
+        if _is_search(str(earlier.get("name") or "")) and all(
+            _scripts(" ".join(_strings(earlier.get("arguments"))))
+        ):
+            return None  # this turn already searched in both scripts
+    han, latin = _scripts(words)
+    if han == latin:
+        return None
+    return Miss(str(call["name"]), parameter, words.strip(), "en" if han else "zh")
+
+
+def translation_prompt(miss: Miss) -> list[dict[str, str]]:
+    """A short chat asking for ``miss``'s words in the other language."""
+    language = _LANGUAGE_NAME[miss.into]
+    return [
+        {
+            "role": "system",
+            "content": "You translate search keywords. Answer with the translated "
+            "keywords only, separated by spaces.",
+        },
+        {
+            "role": "user",
+            "content": f"Translate into {language}, as the short keywords a "
+            f"{language} note would use: {miss.words}",
+        },
+    ]
+
+
+def translation_grammar(into: str) -> str:
+    """GBNF for a translation: a few words of the target script only."""
+    word = "[\u4e00-\u9fff]+" if into == "zh" else "[A-Za-z]+"
+    more = MAX_TRANSLATED_WORDS - 1
+    return f'root ::= word (" " word){{0,{more}}}\nword ::= {word}\n'
+
+
+def expanded(miss: Miss, translation: str) -> str | None:
+    """``miss``'s words with their translation's words after them; None when the
+    translation adds nothing."""
+    han = _HAN.search
+    kept = [
+        word
+        for word in translation.split()[:MAX_TRANSLATED_WORDS]
+        if (bool(han(word)) if miss.into == "zh" else bool(_LATIN_WORD.fullmatch(word)))
+        and word.lower() not in miss.words.lower()
+    ]
+    if not kept:
+        return None
+    return f"{miss.words} {' '.join(kept)}"
+
+
+def search_call(miss: Miss, words: str) -> dict[str, Any]:
+    """The OpenAI tool call of ``miss``'s tool with ``words``."""
+    return _tool_call(miss.tool, {miss.parameter: words})
+
+
+# -- the hint as the answer ----------------------------------------------------
+
+#: Characters of a tool's hint an answer must repeat to count as repeating it.
+ECHO_CHARS = 18
+
+_PLAIN = {
+    "zh": "没有找到：没有任何笔记或记录包含这些词。"
+    "请用中文直接告诉用户，笔记里没有这方面的内容。",
+    "en": "Nothing matched: no note or record holds these words. Tell the user "
+    "plainly that the notes do not say.",
+}
+_NOTHING_FOUND = {
+    "zh": "没有找到相关内容：笔记里没有提到这一点。",
+    "en": "I found nothing about that: no note mentions it.",
+}
+
+
+def _hints(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    hints = []
+    for message in _this_turn(messages):
+        if message.get("role") in _RESULT_ROLES:
+            hint = _found_nothing(_result(message))
+            if hint:
+                hints.append(hint)
+    return hints
+
+
+def echoed_hint(content: str | None, messages: Sequence[Mapping[str, Any]]) -> bool:
+    """True when the answer repeats (a run of :data:`ECHO_CHARS` characters of)
+    the hint of a result of this turn that found nothing."""
+    if not content:
+        return False
+    said = re.sub(r"\s+", " ", content).lower()
+    for hint in _hints(messages):
+        text = re.sub(r"\s+", " ", hint).lower()
+        for start in range(0, max(1, len(text) - ECHO_CHARS + 1)):
+            piece = text[start : start + ECHO_CHARS]
+            if len(piece) == ECHO_CHARS and piece in said:
+                return True
+    return False
+
+
+def said_plainly(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with this turn's empty results replaced by the plain fact, in
+    the asker's language (the model then says it in its own words)."""
+    plain = json.dumps(
+        {"found": [], "note": _PLAIN[asker_language(messages)]}, ensure_ascii=False
+    )
+    turn_start = len(messages) - len(_this_turn(messages))
+    out: list[dict[str, Any]] = []
+    for at, message in enumerate(messages):
+        if (
+            at >= turn_start
+            and message.get("role") in _RESULT_ROLES
+            and _found_nothing(_result(message)) is not None
+        ):
+            out.append({**message, "content": plain})
+        else:
+            out.append(dict(message))
+    return out
+
+
+def nothing_found(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The plain answer that nothing was found, in the asker's language."""
+    return _NOTHING_FOUND[asker_language(messages)]
+
+
+# -- expressions --------------------------------------------------------------
+
+# Numbers joined by + * / × ÷ (or a minus with spaces around it: not a date).
+_EXPRESSION = re.compile(
+    r"\(?\s*\d+(?:\.\d+)?\s*\)?"
+    r"(?:(?:\s*[+*/×÷]\s*|\s+-\s+)\(?\s*\d+(?:\.\d+)?\s*\)?)+"
+)
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+
+
+def _value(node: ast.AST) -> float:
+    if isinstance(node, ast.Expression):
+        return _value(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_value(node.left), _value(node.right))
+    raise ValueError("not plain arithmetic")
+
+
+def _evaluate(expression: str) -> float | None:
+    text = expression.replace("×", "*").replace("÷", "/")
+    if text.count("(") != text.count(")"):
+        text = text.replace("(", "").replace(")", "")
+    try:
+        return _value(ast.parse(text.strip(), mode="eval"))
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def _spelled(value: float) -> set[str]:
+    whole = round(value)
+    if abs(value - whole) < 1e-9:
+        return {str(whole), f"{whole:,}"}
+    return {f"{value:.2f}".rstrip("0").rstrip("."), f"{value:.1f}", str(value)}
+
+
+def uncomputed_expression(
+    content: str | None, tools: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The first arithmetic expression of an answer whose value the answer does
+    not state, when a ``calculate`` tool is offered to compute it; else None."""
+    if not content or not any(
+        t.get("function", {}).get("name") == "calculate" for t in tools
+    ):
+        return None
+    numbers = set(re.findall(r"\d+(?:[.,]\d+)*", content))
+    for match in _EXPRESSION.finditer(content):
+        expression = match.group(0).strip()
+        value = _evaluate(expression)
+        if value is None:
+            continue
+        if not (_spelled(value) & {n for n in numbers}):
+            return expression
+    return None

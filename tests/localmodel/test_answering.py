@@ -1,0 +1,285 @@
+"""The built-in model's handler on three wrong answers (localmodel.answering):
+a search that found nothing in another language is searched again translated, the
+tool's hint given as the answer is asked again, and an expression quoted but not
+worked out is sent back for a ``calculate`` call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from localmodel import answering
+from tests.localmodel.test_leaks import CALCULATE, SEARCH, TICKET, TOOLS, ask
+
+RECALL = {
+    "type": "function",
+    "function": {
+        "name": "recall",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
+    },
+}
+
+
+def searched(
+    question: str, query: str, result: Any, *, tool: str = "search_notes"
+) -> list[dict[str, Any]]:
+    """A turn: the question, one call of ``tool`` with ``query``, its result."""
+    return [
+        {"role": "user", "content": question},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "s1",
+                    "type": "function",
+                    "function": {
+                        "name": tool,
+                        "arguments": json.dumps({"query": query}, ensure_ascii=False),
+                    },
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "s1",
+            "content": json.dumps(result, ensure_ascii=False),
+        },
+    ]
+
+
+MISSED = {
+    "error": "No note mentions any word of 'caching hot queries'. Try fewer or "
+    "other words (one name or term works best)."
+}
+ENGLISH_MISS = searched(
+    "Which note is about caching hot queries?", "caching hot queries", MISSED
+)
+
+
+# -- which search is tried again -------------------------------------------------
+
+
+def test_an_english_search_that_found_nothing_is_tried_in_chinese():
+    miss = answering.missed_search(ENGLISH_MISS, TOOLS)
+    assert miss == answering.Miss("search_notes", "query", "caching hot queries", "zh")
+
+
+def test_a_chinese_search_that_found_nothing_is_tried_in_english():
+    turn = searched("哪个笔记讲了滚动发布？", "滚动发布", {"error": "No note …"})
+    miss = answering.missed_search(turn, TOOLS)
+    assert miss is not None and miss.into == "en" and miss.words == "滚动发布"
+
+
+def test_a_recall_that_found_nothing_is_tried_again_too():
+    turn = searched(
+        "我喜欢什么语言？",
+        "喜欢 语言",
+        {"items": [], "note": "Nothing remembered matches '喜欢 语言'."},
+        tool="recall",
+    )
+    miss = answering.missed_search(turn, [*TOOLS, RECALL])
+    assert miss is not None and miss.tool == "recall" and miss.into == "en"
+
+
+@pytest.mark.parametrize(
+    ("turn", "tools"),
+    [
+        # It found something.
+        (
+            searched("Which note is about Redis?", "Redis", [{"title": "缓存改造"}]),
+            TOOLS,
+        ),
+        # Its words are of both scripts already (a search tried again, say).
+        (searched("Which note?", "caching 缓存", MISSED), TOOLS),
+        # Not a search.
+        (
+            [
+                {"role": "user", "content": "What is 2 +?"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "s1",
+                            "type": "function",
+                            "function": {
+                                "name": "calculate",
+                                "arguments": '{"expression": "2 +"}',
+                            },
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "s1", "content": '{"error": "bad"}'},
+            ],
+            TOOLS,
+        ),
+        # The search tool is not offered any more.
+        (ENGLISH_MISS, [CALCULATE, TICKET]),
+    ],
+)
+def test_other_turns_are_not_searched_again(turn, tools):
+    assert answering.missed_search(turn, tools) is None
+
+
+def test_a_translation_adds_only_new_words_of_its_script():
+    miss = answering.Miss("search_notes", "query", "caching hot queries", "zh")
+    assert (
+        answering.expanded(miss, "缓存 热点 查询")
+        == "caching hot queries 缓存 热点 查询"
+    )
+    assert answering.expanded(miss, "caching") is None
+    english = answering.Miss("search_notes", "query", "滚动发布", "en")
+    assert answering.expanded(english, "rolling release") == "滚动发布 rolling release"
+
+
+def test_the_translation_grammar_allows_only_the_target_script():
+    assert "\u4e00" in answering.translation_grammar("zh")
+    assert "[A-Za-z]+" in answering.translation_grammar("en")
+
+
+# -- expressions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answer", "quoted"),
+    [
+        ("搜索实验的预算表达式为 500 + 240。", "500 + 240"),
+        ("The budget is (128 + 72) * 3.", "(128 + 72) * 3"),
+        ("预算是 128*6+320", "128*6+320"),
+        # Worked out: its value stands in the answer.
+        ("500 + 240 = 740", None),
+        ("The total is 1,088 (128 * 6 + 320).", None),
+        # A date or a plain number is no expression.
+        ("Written on 2026-12-04, it keeps 7 days.", None),
+        ("The total is 1088.", None),
+    ],
+)
+def test_an_expression_without_its_value_is_found(answer, quoted):
+    assert answering.uncomputed_expression(answer, TOOLS) == quoted
+
+
+def test_without_a_calculator_an_expression_is_let_be():
+    assert answering.uncomputed_expression("预算是 500 + 240", [SEARCH]) is None
+
+
+# -- the hint as the answer --------------------------------------------------------
+
+
+def test_an_answer_repeating_the_hint_is_found_and_a_plain_one_is_not():
+    echo = "No note mentions any word of 'caching hot queries'. Try fewer words."
+    assert answering.echoed_hint(echo, ENGLISH_MISS)
+    assert not answering.echoed_hint("No note is about caching.", ENGLISH_MISS)
+    found = searched("Which note?", "Redis", [{"title": "缓存改造", "content": "…"}])
+    assert not answering.echoed_hint("缓存改造", found)
+
+
+def test_the_plain_fact_replaces_this_turns_empty_results_in_the_askers_language():
+    asked = answering.said_plainly(ENGLISH_MISS)
+    assert asked[:2] == ENGLISH_MISS[:2]
+    assert "Nothing matched" in asked[2]["content"]
+    assert "Try fewer" not in asked[2]["content"]
+    chinese = searched("有没有笔记提到 Kafka 部署？", "Kafka 部署", MISSED)
+    assert "没有找到" in answering.said_plainly(chinese)[2]["content"]
+    assert answering.nothing_found(chinese).startswith("没有找到")
+
+
+# -- the handler -------------------------------------------------------------------
+
+
+def call_of(result: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    [call] = result["choices"][0]["message"]["tool_calls"]
+    return call["function"]["name"], json.loads(call["function"]["arguments"])
+
+
+def test_the_handler_searches_again_with_the_models_translation(monkeypatch):
+    result, llama = ask(
+        monkeypatch, ["缓存 热点 查询"], assistant=True, messages=ENGLISH_MISS
+    )
+    assert call_of(result) == (
+        "search_notes",
+        {"query": "caching hot queries 缓存 热点 查询"},
+    )
+    # One short generation under the translation grammar, counted in the usage.
+    assert len(llama.grammars) == 1 and llama.grammars[0] is not None
+    assert result["usage"]["completion_tokens"] == 5
+    assert result["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_the_server_alone_does_not_search_again(monkeypatch):
+    result, llama = ask(
+        monkeypatch,
+        ["message:\nNo note is about that."],
+        assistant=False,
+        messages=ENGLISH_MISS,
+    )
+    assert result["choices"][0]["message"]["content"] == "No note is about that."
+
+
+def test_an_empty_translation_lets_the_model_answer(monkeypatch):
+    both = searched("Which note is about caching?", "caching", MISSED)
+    result, llama = ask(
+        monkeypatch,
+        ["caching", "message:\nNo note is about caching."],
+        assistant=True,
+        messages=both,
+    )
+    assert result["choices"][0]["message"]["content"] == "No note is about caching."
+    assert len(llama.grammars) == 2
+
+
+TRIED_BOTH = searched(
+    "Do the notes say anything about Kafka deployment?",
+    "Kafka deployment 部署",
+    {
+        "error": "No note mentions any word of 'Kafka deployment 部署'. Try fewer "
+        "or other words (one name or term works best)."
+    },
+)
+
+
+def test_the_hint_as_the_answer_is_asked_again_with_the_result_said_plainly(
+    monkeypatch,
+):
+    echo = "message:\nNo note mentions any word of 'Kafka deployment 部署'. Try fewer"
+    result, llama = ask(
+        monkeypatch,
+        [echo, "message:\nThe notes say nothing about deploying Kafka."],
+        assistant=True,
+        messages=TRIED_BOTH,
+    )
+    assert result["choices"][0]["message"]["content"] == (
+        "The notes say nothing about deploying Kafka."
+    )
+    assert len(llama.grammars) == 2
+
+
+def test_the_hint_twice_gives_the_plain_fact(monkeypatch):
+    echo = "message:\nNo note mentions any word of 'Kafka deployment 部署'. Try fewer"
+    result, llama = ask(monkeypatch, [echo, echo], assistant=True, messages=TRIED_BOTH)
+    assert result["choices"][0]["message"]["content"] == (
+        "I found nothing about that: no note mentions it."
+    )
+
+
+def test_an_expression_quoted_is_sent_back_for_the_calculator(monkeypatch):
+    from tests.localmodel.test_leaks import AFTER_A_SEARCH
+
+    result, llama = ask(
+        monkeypatch,
+        [
+            "message:\n搜索实验的预算表达式为 500 + 240。",
+            'functions.calculate:\n{"expression": "500 + 240"}',
+        ],
+        assistant=True,
+        messages=AFTER_A_SEARCH,
+    )
+    assert call_of(result) == ("calculate", {"expression": "500 + 240"})
+    assert not result["choices"][0]["message"].get("content")
+    assert len(llama.grammars) == 2
