@@ -23,7 +23,9 @@ from pathlib import Path
 from infra.processes import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SUITES = ("notes-demo:3", "injection:1")
+#: The tuning suite (notes-local) and the unseen one (notes-unseen) three times
+#: each, the demo questions three times, the injection suite once.
+DEFAULT_SUITES = ("notes-local:3", "notes-unseen:3", "notes-demo:3", "injection:1")
 UP_TIMEOUT_S = 20 * 60.0
 
 
@@ -68,6 +70,10 @@ def main(argv: list[str]) -> int:
         "PORT": str(_free_port()),
         "PYTHONUNBUFFERED": "1",
     }
+    if not env.get("OPENAI_BASE_URL"):
+        # As `make up` runs the built-in model (reach_site/launcher.py): questions
+        # get no write tools. The eval commands accept the runs, so they need it.
+        env.setdefault("REACH_QUESTIONS_READ_ONLY", "1")
     manage = [sys.executable, "manage.py"]
     for step in (["migrate", "--noinput", "-v", "0"], ["seed_demo"]):
         subprocess.run(
