@@ -30,6 +30,26 @@ def test_the_warm_request_is_a_runs_first_request_but_the_question(model, alice,
     assert first["messages"][-1]["content"] == QUESTION
 
 
+def test_where_questions_get_no_write_a_questions_prefix_is_warmed_too(
+    model, alice, demo, settings
+):
+    settings.QUESTIONS_READ_ONLY = True
+    script = RedisScript()
+    model(script)
+    call_command("warm_model")
+    ask(alice, demo.agent, QUESTION)
+    plain, question, first = script.requests[:3]
+    assert plain["max_tokens"] == question["max_tokens"] == 1
+    assert len(plain["tools"]) == 4
+    # The demo question is a question: its first call offers what was warmed.
+    assert question["tools"] == first["tools"]
+    assert {t["function"]["name"] for t in first["tools"]} == {
+        "calculate",
+        "search_notes",
+    }
+    assert question["messages"][:-1] == first["messages"][:-1]
+
+
 def test_warming_an_unreachable_model_fails_plainly(settings, demo):
     settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
     with pytest.raises(CommandError, match="warming the model failed"):
