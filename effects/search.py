@@ -34,11 +34,15 @@ def tokens(text: str) -> Iterator[str]:
 
 
 def terms(query: str) -> list[str]:
-    """The distinct, lower-cased terms of ``query``, longest runs first."""
+    """The distinct, lower-cased terms of ``query``, longest runs first. A lone
+    Latin letter is no term: the "s" of "experiment's" occurs in most notes
+    ("Redis"), and would match them all."""
     found: list[str] = []
     for term in tokens(query):
         if len(found) >= MAX_TERMS:
             break
+        if len(term) == 1 and term.isascii() and term.isalpha():
+            continue
         if term and term not in found:
             found.append(term)
     return found

@@ -38,6 +38,7 @@ from localmodel.chatformat import (
     _this_turn,
     _tool_call,
     asker_language,
+    awaits_first_reply,
     content_text,
 )
 
@@ -102,6 +103,8 @@ class Miss:
     words: str
     #: The language to translate the words into: ``zh`` or ``en``.
     into: str
+    #: The user's message the search was for (what the words are about).
+    question: str = ""
 
 
 def _calls_by_id(
@@ -152,22 +155,39 @@ def missed_search(
     han, latin = _scripts(words)
     if han == latin:
         return None
-    return Miss(str(call["name"]), parameter, words.strip(), "en" if han else "zh")
+    return Miss(
+        str(call["name"]),
+        parameter,
+        words.strip(),
+        "en" if han else "zh",
+        _last_user_text(messages),
+    )
+
+
+def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return content_text(message.get("content")).strip()
+    return ""
 
 
 def translation_prompt(miss: Miss) -> list[dict[str, str]]:
-    """A short chat asking for ``miss``'s words in the other language."""
+    """A short chat asking for the words a note in the other language would use
+    for ``miss``'s question (its words alone lose what they were about:
+    "archive" is 档案, the note's word is 归档)."""
     language = _LANGUAGE_NAME[miss.into]
+    asked = f"Question: {miss.question}\n" if miss.question else ""
     return [
         {
             "role": "system",
-            "content": "You translate search keywords. Answer with the translated "
-            "keywords only, separated by spaces.",
+            "content": "You write search keywords. Answer with keywords only, "
+            "separated by spaces.",
         },
         {
             "role": "user",
-            "content": f"Translate into {language}, as the short keywords a "
-            f"{language} note would use: {miss.words}",
+            "content": f"{asked}These search words found nothing: {miss.words}\n"
+            f"Write the {language} keywords that a {language} note answering this "
+            f"would contain.",
         },
     ]
 
@@ -197,6 +217,75 @@ def expanded(miss: Miss, translation: str) -> str | None:
 def search_call(miss: Miss, words: str) -> dict[str, Any]:
     """The OpenAI tool call of ``miss``'s tool with ``words``."""
     return _tool_call(miss.tool, {miss.parameter: words})
+
+
+# -- calls ------------------------------------------------------------------------
+
+
+def _known_numbers(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    known: set[str] = set()
+    for message in messages:
+        role = message.get("role")
+        if role == "user" or role in _RESULT_ROLES:
+            known |= _numbers(content_text(message.get("content")))
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", call) if isinstance(call, Mapping) else {}
+            known |= _numbers(" ".join(_strings(function.get("arguments"))))
+    return known
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in re.findall(r"\d+(?:[.,]\d+)*", text)}
+
+
+def invented_calculation(
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """The search tool to call instead, when the first reply to the user's
+    message calculates with numbers nobody gave (``100 * 2 + 50`` for "the
+    caching plan's budget"): the figures are in the notes, not the model's head.
+    None for any other reply, or when no search tool is offered."""
+    if not awaits_first_reply(messages) or len(calls) != 1:
+        return None
+    function = calls[0].get("function") or {}
+    if function.get("name") != "calculate":
+        return None
+    used = _numbers(" ".join(_strings(function.get("arguments"))))
+    if not used or used <= _known_numbers(messages):
+        return None
+    return next(
+        (
+            str(t["function"]["name"])
+            for t in tools
+            if str(t.get("function", {}).get("name", "")).startswith("search")
+        ),
+        None,
+    )
+
+
+def _signature(call: Mapping[str, Any]) -> tuple[str, str]:
+    function = call.get("function") or {}
+    try:
+        arguments = json.loads(str(function.get("arguments") or "{}"))
+    except ValueError:
+        arguments = function.get("arguments")
+    return str(function.get("name")), json.dumps(arguments, sort_keys=True)
+
+
+def repeats_a_call(
+    calls: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]]
+) -> bool:
+    """True when a proposed call is one this turn already made, with the same
+    arguments: its result is above already, so the reply should use it."""
+    made = {
+        _signature(call)
+        for message in _this_turn(messages)
+        for call in message.get("tool_calls") or ()
+        if isinstance(call, Mapping)
+    }
+    return any(_signature(call) in made for call in calls)
 
 
 # -- the hint as the answer ----------------------------------------------------

@@ -227,6 +227,18 @@ def reach_tools_chat_handler(
                 else "required"
             )
             reply, completion = generate(plan(forced))
+    instead = (
+        answering.invented_calculation(reply.tool_calls, messages, first.tools)
+        if assistant and reply.tool_calls
+        else None
+    )
+    if instead is not None:
+        # A calculation over numbers nobody gave, before anything was looked
+        # up: the figures are in the notes. Ask for the search instead.
+        logger.warning("local model: a calculation from nowhere; asked for %s", instead)
+        reply, completion = generate(
+            plan({"type": "function", "function": {"name": instead}})
+        )
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
         if assistant and not reply.tool_calls
@@ -251,6 +263,15 @@ def reach_tools_chat_handler(
         reply, completion = generate(
             plan({"type": "function", "function": {"name": "calculate"}})
         )
+    if (
+        assistant
+        and auto
+        and reply.tool_calls
+        and answering.repeats_a_call(reply.tool_calls, messages)
+    ):
+        # A call this turn already made: its result is above. Ask for the answer.
+        logger.warning("local model: a call made again; asked for the answer")
+        reply, completion = generate(plan("none"))
     if (
         assistant
         and not reply.tool_calls

@@ -23,6 +23,14 @@ def test_chinese_runs_become_the_run_and_its_bigrams_latin_words_stay_whole():
     ]
     assert terms("Redis, cache! 预算") == ["redis", "cache", "预算"]
     assert terms("  ，。 ") == []
+    # A lone Latin letter matches nearly every note ("s" in "Redis"): no term.
+    assert terms("the search experiment's budget") == [
+        "the",
+        "search",
+        "experiment",
+        "budget",
+    ]
+    assert terms("plan B 7 天") == ["plan", "7", "天"]
     many = "".join(chr(0x4E00 + i) for i in range(500))
     assert len(terms(many)) == 24  # bounded work for any query
 

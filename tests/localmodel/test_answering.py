@@ -68,7 +68,13 @@ ENGLISH_MISS = searched(
 
 def test_an_english_search_that_found_nothing_is_tried_in_chinese():
     miss = answering.missed_search(ENGLISH_MISS, TOOLS)
-    assert miss == answering.Miss("search_notes", "query", "caching hot queries", "zh")
+    assert miss == answering.Miss(
+        "search_notes",
+        "query",
+        "caching hot queries",
+        "zh",
+        "Which note is about caching hot queries?",
+    )
 
 
 def test_a_chinese_search_that_found_nothing_is_tried_in_english():
@@ -282,4 +288,99 @@ def test_an_expression_quoted_is_sent_back_for_the_calculator(monkeypatch):
     )
     assert call_of(result) == ("calculate", {"expression": "500 + 240"})
     assert not result["choices"][0]["message"].get("content")
+    assert len(llama.grammars) == 2
+
+
+def test_the_translation_is_asked_with_the_question_it_is_for():
+    miss = answering.missed_search(ENGLISH_MISS, TOOLS)
+    assert miss is not None and miss.question == ENGLISH_MISS[0]["content"]
+    [system, user] = answering.translation_prompt(miss)
+    assert "Which note is about caching hot queries?" in user["content"]
+    assert "caching hot queries" in user["content"] and "Chinese" in user["content"]
+
+
+# -- calls the handler asks again ------------------------------------------------
+
+
+def calculate(expression: str, call_id: str = "k1") -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {
+            "name": "calculate",
+            "arguments": json.dumps({"expression": expression}),
+        },
+    }
+
+
+QUESTION_ONLY = [{"role": "user", "content": "缓存改造的预算算出来是多少？"}]
+
+
+def test_a_first_calculation_over_numbers_nobody_gave_asks_for_the_search():
+    assert answering.invented_calculation(
+        [calculate("100 * 2 + 50")], QUESTION_ONLY, TOOLS
+    ) == ("search_notes")
+    # The user gave the numbers; or something was looked up already; or there is
+    # no search to ask for.
+    asked = [{"role": "user", "content": "What is 345 * 12 + 18?"}]
+    assert (
+        answering.invented_calculation([calculate("345 * 12 + 18")], asked, TOOLS)
+        is None
+    )
+    assert (
+        answering.invented_calculation([calculate("7 * 24")], ENGLISH_MISS, TOOLS)
+        is None
+    )
+    assert (
+        answering.invented_calculation(
+            [calculate("100 * 2 + 50")], QUESTION_ONLY, [CALCULATE]
+        )
+        is None
+    )
+
+
+def test_a_call_this_turn_already_made_is_a_repeat():
+    made = searched("Which note?", "caching hot queries", MISSED)
+    again = made[1]["tool_calls"][0]
+    assert answering.repeats_a_call([again], made)
+    other = {**again, "function": {**again["function"], "arguments": '{"query": "x"}'}}
+    assert not answering.repeats_a_call([other], made)
+    # A call of an earlier turn is no repeat.
+    later = [
+        *made,
+        {"role": "assistant", "content": "No."},
+        {"role": "user", "content": "Again?"},
+    ]
+    assert not answering.repeats_a_call([again], later)
+
+
+def test_the_handler_asks_for_the_search_instead_of_a_made_up_calculation(monkeypatch):
+    result, llama = ask(
+        monkeypatch,
+        [
+            'functions.calculate:\n{"expression": "100 * 2 + 50"}',
+            'functions.search_notes:\n{"query": "缓存改造"}',
+        ],
+        assistant=True,
+        messages=QUESTION_ONLY,
+    )
+    assert call_of(result) == ("search_notes", {"query": "缓存改造"})
+    assert len(llama.grammars) == 2
+
+
+def test_the_handler_asks_for_the_answer_instead_of_a_call_made_again(monkeypatch):
+    from tests.localmodel.test_leaks import AFTER_A_SUM
+
+    result, llama = ask(
+        monkeypatch,
+        [
+            'functions.calculate:\n{"expression": "500 + 240"}',
+            "message:\n搜索实验的预算总和是 740。",
+        ],
+        assistant=True,
+        messages=AFTER_A_SUM,
+    )
+    message = result["choices"][0]["message"]
+    assert message["content"] == "搜索实验的预算总和是 740。"
+    assert not message.get("tool_calls")
     assert len(llama.grammars) == 2
