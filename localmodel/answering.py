@@ -225,8 +225,9 @@ def search_call(miss: Miss, words: str) -> dict[str, Any]:
 def _known_numbers(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     known: set[str] = set()
     for message in messages:
-        role = message.get("role")
-        if role == "user" or role in _RESULT_ROLES:
+        # What the user said, what tools answered, and what earlier answers said
+        # (a follow-up's "that" is the last answer's figure).
+        if message.get("role") in ("user", "assistant", *_RESULT_ROLES):
             known |= _numbers(content_text(message.get("content")))
         for call in message.get("tool_calls") or ():
             function = call.get("function", call) if isinstance(call, Mapping) else {}

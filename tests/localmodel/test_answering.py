@@ -331,6 +331,16 @@ def test_a_first_calculation_over_numbers_nobody_gave_asks_for_the_search():
         answering.invented_calculation([calculate("7 * 24")], ENGLISH_MISS, TOOLS)
         is None
     )
+    # A follow-up's "that" is the figure the last answer gave.
+    follow_up = [
+        {"role": "user", "content": "What is 25 * 4?"},
+        {"role": "assistant", "content": "25 * 4 = 100."},
+        {"role": "user", "content": "And that plus 17?"},
+    ]
+    assert (
+        answering.invented_calculation([calculate("100 + 17")], follow_up, TOOLS)
+        is None
+    )
     assert (
         answering.invented_calculation(
             [calculate("100 * 2 + 50")], QUESTION_ONLY, [CALCULATE]
