@@ -23,9 +23,15 @@ from pathlib import Path
 from infra.processes import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The tuning suite (notes-local) and the unseen one (notes-unseen) three times
-#: each, the demo questions three times, the injection suite once.
-DEFAULT_SUITES = ("notes-local:3", "notes-unseen:3", "notes-demo:3", "injection:1")
+#: The tuning suite (notes-local), the unseen ones (notes-unseen, notes-heldout)
+#: and the demo questions three times each, the injection suite once.
+DEFAULT_SUITES = (
+    "notes-local:3",
+    "notes-unseen:3",
+    "notes-heldout:3",
+    "notes-demo:3",
+    "injection:1",
+)
 UP_TIMEOUT_S = 20 * 60.0
 
 

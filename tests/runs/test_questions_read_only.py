@@ -67,7 +67,7 @@ def test_an_action_keeps_every_tool(alice, demo, model):
     model(script)
     task = advance(start(alice, demo.agent, "缓存很慢，帮我开一个工单好吗？"))
     assert task.status == "succeeded", task.error_message
-    assert WRITES <= offered(script.requests[0])
+    assert offered(script.requests[0]) >= WRITES
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,7 @@ def test_off_every_question_is_offered_every_tool(alice, demo, model, setting, s
     with override_settings(QUESTIONS_READ_ONLY=setting):
         task = advance(start(alice, demo.agent, "搜索实验的预算是多少？"))
     assert task.status == "succeeded", task.error_message
-    assert WRITES <= offered(script.requests[0])
+    assert offered(script.requests[0]) >= WRITES
     trace = logged_in(alice).get(f"/traces/{task.pk}/").content.decode()
     assert "data-withheld" not in trace
 
