@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from django.apps import apps as live_apps
-from django.test import override_settings
 
 from registry.models import AgentVersion
 from tests.support.clients import logged_in
@@ -27,7 +26,16 @@ def offered(request: dict[str, Any]) -> set[str]:
     return {t["function"]["name"] for t in request.get("tools") or []}
 
 
-@override_settings(QUESTIONS_READ_ONLY=True)
+@pytest.fixture
+def questions_read_only(settings: Any) -> None:
+    """REACH_QUESTIONS_READ_ONLY on, as `make up` sets it for the built-in model.
+    (pytest-django's ``settings``, not ``override_settings``: the scripted model's
+    fixture changes settings inside the test, and an outer override_settings would
+    be restored under those changes and leak into later tests.)"""
+    settings.QUESTIONS_READ_ONLY = True
+
+
+@pytest.mark.usefixtures("questions_read_only")
 def test_a_question_is_offered_no_write_and_its_trace_says_so(alice, demo, model):
     script = Script(
         [tool_call("search_notes", {"keyword": "搜索实验"}), text("预算是 740。")]
@@ -44,7 +52,7 @@ def test_a_question_is_offered_no_write_and_its_trace_says_so(alice, demo, model
     assert "not offered create_ticket, send_email" in chat
 
 
-@override_settings(QUESTIONS_READ_ONLY=True)
+@pytest.mark.usefixtures("questions_read_only")
 def test_a_write_proposed_for_a_question_never_runs_nor_waits(alice, demo, model):
     model(
         Script(
@@ -61,7 +69,7 @@ def test_a_write_proposed_for_a_question_never_runs_nor_waits(alice, demo, model
     assert not task.steps.filter(status="waiting_approval").exists()
 
 
-@override_settings(QUESTIONS_READ_ONLY=True)
+@pytest.mark.usefixtures("questions_read_only")
 def test_an_action_keeps_every_tool(alice, demo, model):
     script = Script([text("好的。")])
     model(script)
@@ -73,13 +81,15 @@ def test_an_action_keeps_every_tool(alice, demo, model):
 @pytest.mark.parametrize(
     ("setting", "switch"), [(True, False), (False, True)], ids=["agent-off", "unset"]
 )
-def test_off_every_question_is_offered_every_tool(alice, demo, model, setting, switch):
+def test_off_every_question_is_offered_every_tool(
+    alice, demo, model, settings, setting, switch
+):
     demo.agent.questions_read_only = switch
     demo.agent.save()
     script = Script([text("740。")])
     model(script)
-    with override_settings(QUESTIONS_READ_ONLY=setting):
-        task = advance(start(alice, demo.agent, "搜索实验的预算是多少？"))
+    settings.QUESTIONS_READ_ONLY = setting
+    task = advance(start(alice, demo.agent, "搜索实验的预算是多少？"))
     assert task.status == "succeeded", task.error_message
     assert offered(script.requests[0]) >= WRITES
     trace = logged_in(alice).get(f"/traces/{task.pk}/").content.decode()
