@@ -34,6 +34,7 @@ from localmodel.chatformat import (
     _HAN,
     _LATIN_WORD,
     _RESULT_ROLES,
+    _numbers,
     _sole_string_parameter,
     _this_turn,
     _tool_call,
@@ -233,10 +234,6 @@ def _known_numbers(messages: Sequence[Mapping[str, Any]]) -> set[str]:
             function = call.get("function", call) if isinstance(call, Mapping) else {}
             known |= _numbers(" ".join(_strings(function.get("arguments"))))
     return known
-
-
-def _numbers(text: str) -> set[str]:
-    return {n.replace(",", "") for n in re.findall(r"\d+(?:[.,]\d+)*", text)}
 
 
 def invented_calculation(
