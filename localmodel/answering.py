@@ -1,4 +1,4 @@
-"""What the built-in model's handler does about three kinds of wrong answer.
+"""What the built-in model's handler does about kinds of wrong answer.
 
 Pure helpers over OpenAI chat messages (``localmodel.handler`` applies them in
 assistant mode, ``REACH_LOCAL_TOOL_FIRST=1``):
@@ -15,6 +15,13 @@ assistant mode, ``REACH_LOCAL_TOOL_FIRST=1``):
   result said plainly, then, if it repeats it again, answered with the plain
   fact in the asker's language: :func:`echoed_hint`, :func:`said_plainly`,
   :func:`nothing_found`.
+- **Searches that all found nothing.** The turn's answer is asked with those
+  results said plainly (no note holds the words; tell the user so), so that it
+  says the notes do not say rather than make a fact up:
+  :func:`searches_all_missed`, :func:`said_plainly`.
+- **A figure nobody gave, calculated with.** A ``calculate`` call with a number
+  that no message holds is sent back for a search (the figure is in a note):
+  :func:`invented_calculation`.
 - **An expression quoted, not computed.** An answer that holds ``500 + 240``
   and not its value is sent back for a ``calculate`` call:
   :func:`uncomputed_expression`.
@@ -39,7 +46,6 @@ from localmodel.chatformat import (
     _this_turn,
     _tool_call,
     asker_language,
-    awaits_first_reply,
     content_text,
 )
 
@@ -236,22 +242,30 @@ def _known_numbers(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return known
 
 
+#: A lone digit in a calculation is let be: a count the question implies (the
+#: 2 of an average of two budgets), not a figure that needs finding.
+_DIGIT = re.compile(r"\d")
+
+
 def invented_calculation(
     calls: Sequence[Mapping[str, Any]],
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]],
 ) -> str | None:
-    """The search tool to call instead, when the first reply to the user's
-    message calculates with numbers nobody gave (``100 * 2 + 50`` for "the
-    caching plan's budget"): the figures are in the notes, not the model's head.
-    None for any other reply, or when no search tool is offered."""
-    if not awaits_first_reply(messages) or len(calls) != 1:
+    """The search tool to call instead, when a reply calculates with a figure
+    (two digits or more) that nobody gave: ``100 * 2 + 50`` as the first reply
+    to "the caching plan's budget", or ``1088 + 500`` after only the caching
+    note was found, for a sum over two notes. The figures are in the notes, not
+    the model's head. None for any other reply, or when no search tool is
+    offered."""
+    if len(calls) != 1:
         return None
     function = calls[0].get("function") or {}
     if function.get("name") != "calculate":
         return None
     used = _numbers(" ".join(_strings(function.get("arguments"))))
-    if not used or used <= _known_numbers(messages):
+    invented = {n for n in used - _known_numbers(messages) if not _DIGIT.fullmatch(n)}
+    if not invented:
         return None
     return next(
         (
@@ -301,6 +315,27 @@ _NOTHING_FOUND = {
     "zh": "没有找到相关内容：笔记里没有提到这一点。",
     "en": "I found nothing about that: no note mentions it.",
 }
+
+
+def searches_all_missed(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """True when the turn's last message is a result and every result of this
+    turn's search calls (one at least) found nothing: the answer comes next,
+    and it should say so rather than make something up."""
+    if not messages or messages[-1].get("role") not in _RESULT_ROLES:
+        return False
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    searched = False
+    for message in turn:
+        if message.get("role") not in _RESULT_ROLES:
+            continue
+        call = calls.get(str(message.get("tool_call_id") or ""))
+        if call is None or not _is_search(str(call.get("name") or "")):
+            continue
+        if _found_nothing(_result(message)) is None:
+            return False
+        searched = True
+    return searched
 
 
 def _hints(messages: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -207,6 +207,12 @@ def reach_tools_chat_handler(
     again = search_again(miss) if miss is not None else None
     if again is not None:
         reply, completion = again
+    elif assistant and answering.searches_all_missed(messages):
+        # Every search of the turn found nothing: the answer is asked with that
+        # said plainly, or a small model fills the gap with a made-up fact.
+        reply, completion = generate(
+            plan(tool_choice, answering.said_plainly(messages))
+        )
     else:
         reply, completion = generate(first)
     leak = (
@@ -233,8 +239,8 @@ def reach_tools_chat_handler(
         else None
     )
     if instead is not None:
-        # A calculation over numbers nobody gave, before anything was looked
-        # up: the figures are in the notes. Ask for the search instead.
+        # A calculation with a figure nobody gave: the figures are in the
+        # notes. Ask for the search instead.
         logger.warning("local model: a calculation from nowhere; asked for %s", instead)
         reply, completion = generate(
             plan({"type": "function", "function": {"name": instead}})

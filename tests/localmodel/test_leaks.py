@@ -93,8 +93,11 @@ class StandInLlama:
     def __init__(self, texts: list[str]) -> None:
         self.texts = list(texts)
         self.grammars: list[Any] = []
+        #: Every piece of prompt text the handler tokenized, in order.
+        self.read: list[bytes] = []
 
     def tokenize(self, data: bytes, add_bos: bool = False, special: bool = False):
+        self.read.append(data)
         return list(range(len(data) // 4 + 1))
 
     def n_ctx(self) -> int:
