@@ -31,8 +31,8 @@ up: install
 	@if [ -z "$$OPENAI_BASE_URL" ]; then $(PY) -m localmodel.install; fi
 	exec $(PY) manage.py up
 
-# The built-in eval suites (notes-local, the unseen notes-unseen, notes-heldout and notes-fresh,
-# notes-demo three times each, injection once) on the configured
+# The built-in eval suites (notes-local; the unseen notes-unseen, notes-heldout,
+# notes-fresh and notes-blind; notes-demo: three times each; injection once) on the configured
 # model, the built-in one by default, on a product of their own (var/eval).
 # EVAL_ARGS="notes-demo:5" or EVAL_ARGS="-- --model other" (evals/standalone.py).
 eval: install

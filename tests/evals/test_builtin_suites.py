@@ -19,4 +19,4 @@ def test_every_builtin_suite_parses_under_its_own_name(name: str) -> None:
 def test_make_eval_runs_only_suites_that_exist() -> None:
     names = {entry.split(":")[0] for entry in DEFAULT_SUITES}
     assert names <= set(builtin_paths())
-    assert {"notes-local", "notes-fresh"} <= names
+    assert {"notes-local", "notes-blind"} <= names
