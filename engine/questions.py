@@ -20,15 +20,23 @@ from dataclasses import dataclass
 from .spec import Risk, Toolbox, ToolKind
 
 # A question: a question mark anywhere, or an interrogative at its start
-# (English), or an interrogative word or particle (Chinese).
+# (English), or an interrogative word or particle (Chinese). A request to look
+# something up or work something out ("Compute the caching plan's budget",
+# "帮我算一下…") asks for no action either: worded as a command, it was offered
+# the writes, and a small model proposed a ticket and an e-mail for it.
 _QUESTION_MARK = re.compile(r"[?？]")
 _QUESTION_EN = re.compile(
     r"^\s*(?:please\s+)?(?:what|which|who|whom|whose|where|when|why|how|is|are|was|"
-    r"were|do|does|did|can|could|would|will|has|have|tell me|find|look up|show me)\b",
+    r"were|do|does|did|can|could|would|will|has|have|tell me|find|look up|show me|"
+    r"compute|calculate|work out|add up|sum up|total|count|list|name|identify|"
+    r"summari[sz]e|explain|describe|give me|search|look for|check|"
+    # "Add the budget of … to …": adding figures, not adding someone to a group.
+    r"add(?=[^.!?]*\b(?:budgets?|costs?|totals?|figures?|numbers?|amounts?|prices?)\b))\b",
     re.IGNORECASE,
 )
 _QUESTION_ZH = re.compile(
-    r"吗|呢|哪|什么|多少|几[个天条项]|是否|有没有|怎么|如何|为什么|谁"
+    r"吗|呢|哪|什么|多少|几[个天条项]|是否|有没有|怎么|如何|为什么|谁|"
+    r"算一?下|计算|算出|相加|加起来|求和|合计|总和|列出|找出|查一?下|查找|搜索|告诉我"
 )
 
 # A request to act: a verb (or object) of the writes such an agent can make.

@@ -22,6 +22,8 @@ assistant mode, ``REACH_LOCAL_TOOL_FIRST=1``):
 - **A figure nobody gave, calculated with.** A ``calculate`` call with a number
   that no message holds is sent back for a search (the figure is in a note):
   :func:`invented_calculation`.
+- **An answer wrapped as data.** ``{"content": "Sorry, …"}`` or the whole
+  answer in quotation marks: the text inside is the answer (:func:`unwrapped`).
 - **An expression quoted, not computed.** An answer that holds ``500 + 240``
   and not its value is sent back for a ``calculate`` call:
   :func:`uncomputed_expression`.
@@ -129,8 +131,9 @@ def missed_search(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
 ) -> Miss | None:
     """The search the turn's last result answered with nothing, when its words
-    are of one script (so a translation adds words) and no search of this turn
-    has tried both scripts yet; None otherwise."""
+    are of one script (so a translation adds words), that script is not the
+    question's (whose own words were there to search), and no search of this
+    turn has tried both scripts yet; None otherwise."""
     if not messages or messages[-1].get("role") not in _RESULT_ROLES:
         return None
     if _found_nothing(_result(messages[-1])) is None:
@@ -162,12 +165,14 @@ def missed_search(
     han, latin = _scripts(words)
     if han == latin:
         return None
+    into = "en" if han else "zh"
+    if into == asker_language(messages):
+        # A Chinese question searched by a name ("GPU", "Kafka"): the question's
+        # own words were there to search, and a translation only brings them back
+        # (GPU became 显卡预算, which found every note with a budget).
+        return None
     return Miss(
-        str(call["name"]),
-        parameter,
-        words.strip(),
-        "en" if han else "zh",
-        _last_user_text(messages),
+        str(call["name"]), parameter, words.strip(), into, _last_user_text(messages)
     )
 
 
@@ -448,3 +453,37 @@ def uncomputed_expression(
         if not (_spelled(value) & {n for n in numbers}):
             return expression
     return None
+
+
+# -- an answer wrapped as data --------------------------------------------------
+
+_WRAPPED = re.compile(
+    r'^\s*\{\s*"(?:content|answer|message|text)"\s*:\s*"(.*?)"?\s*\}?\s*$', re.S
+)
+
+
+def unwrapped(content: str) -> str:
+    """``content`` without the wrapping a small model sometimes writes around a
+    plain answer: a JSON object of one text field (closed or cut off), or
+    quotation marks around the whole text."""
+    match = _WRAPPED.match(content)
+    if match:
+        try:
+            value = json.loads(content)
+        except ValueError:
+            pass  # cut off before it closed: the text so far is the answer
+        else:
+            if isinstance(value, dict) and len(value) == 1:
+                [inner] = value.values()
+                if isinstance(inner, str):
+                    return inner.strip()
+            return content  # data of another shape: not a wrapped answer
+        text = match.group(1)
+        try:
+            return str(json.loads(f'"{text}"')).strip()
+        except ValueError:
+            return text.strip()
+    text = content.strip()
+    if len(text) > 1 and text[0] == text[-1] == '"' and '"' not in text[1:-1]:
+        return text[1:-1].strip()
+    return content

@@ -291,6 +291,11 @@ def reach_tools_chat_handler(
             reply = chatformat.ParsedReply(
                 content=answering.nothing_found(messages), tool_calls=[]
             )
+    if assistant and reply.content and not reply.tool_calls and not response_format:
+        # {"content": "…"} or "…" around the answer: the text inside is it.
+        reply = chatformat.ParsedReply(
+            content=answering.unwrapped(reply.content), tool_calls=[]
+        )
     source = (
         chatformat.source_line(reply.content, messages)
         if TOOL_FIRST and not reply.tool_calls

@@ -42,6 +42,13 @@ from tests.support.replies import text, tool_call
         "Which note compares inverted indexes with vector search",
         "How long are log records kept?",
         "Is the search experiment's budget over 700?",
+        # Asked as a command, but only to look up or work out.
+        "Add up the budgets of the two plans.",
+        "Compute the caching rework's budget for me.",
+        "Add the budget of the Redis plan to the budget of the search experiment.",
+        "List the notes that mention Redis.",
+        "算一下搜索实验的总预算",
+        "把两个方案的预算加起来",
     ],
 )
 def test_questions_that_ask_for_no_action(message):
@@ -60,7 +67,11 @@ def test_questions_that_ask_for_no_action(message):
         # Not a question.
         "Open a ticket: the cache is slow.",
         "缓存很慢，开个工单",
-        "Add up the budgets of the two plans.",
+        "Add alice to the approvers.",
+        # A look-up that ends in an action.
+        "Compute the budget and email it to alice.",
+        "List the notes that mention Redis and open a ticket for each.",
+        "算一下预算，然后发邮件给 alice",
         "",
     ],
 )

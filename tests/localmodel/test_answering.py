@@ -128,6 +128,11 @@ def test_a_recall_that_found_nothing_is_tried_again_too():
         ),
         # The search tool is not offered any more.
         (ENGLISH_MISS, [CALCULATE, TICKET]),
+        # A Chinese question searched by a name: its Chinese words were there
+        # to search; a translation would only bring them back.
+        (searched("笔记里有没有提到 GPU 的采购预算？", "GPU", MISSED), TOOLS),
+        # And the other way round.
+        (searched("Which note is about rolling deploys?", "滚动发布", MISSED), TOOLS),
     ],
 )
 def test_other_turns_are_not_searched_again(turn, tools):
@@ -452,3 +457,43 @@ def test_the_handler_asks_for_the_answer_instead_of_a_call_made_again(monkeypatc
     assert message["content"] == "搜索实验的预算总和是 740。"
     assert not message.get("tool_calls")
     assert len(llama.grammars) == 2
+
+
+# -- an answer wrapped as data ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "answer"),
+    [
+        ('{"content": "No note mentions hiring."}', "No note mentions hiring."),
+        # Cut off before the object closed (as the model wrote it).
+        (
+            '{"content": "Sorry, I can\'t find any hiring plans.',
+            ("Sorry, I can't find any hiring plans."),
+        ),
+        (
+            '"Sorry, I couldn\'t find any notes about Redis."',
+            ("Sorry, I couldn't find any notes about Redis."),
+        ),
+        ('{"answer": "缓存改造的预算是 1088。"}', "缓存改造的预算是 1088。"),
+        # Plain answers, and quotation inside one, are left as they are.
+        ("The budget is 1088.", "The budget is 1088."),
+        ('The note says "七天".', 'The note says "七天".'),
+        ('{"plans": [1, 2]}', '{"plans": [1, 2]}'),
+        ('{"content": "x", "plans": [1]}', '{"content": "x", "plans": [1]}'),
+    ],
+)
+def test_an_answer_wrapped_as_data_is_unwrapped(written, answer):
+    assert answering.unwrapped(written) == answer
+
+
+def test_the_handler_shows_the_answer_inside_the_wrapping(monkeypatch):
+    result, llama = ask(
+        monkeypatch,
+        ['message:\n{"content": "The notes say nothing about deploying Kafka."}'],
+        assistant=True,
+        messages=TRIED_BOTH,
+    )
+    assert result["choices"][0]["message"]["content"] == (
+        "The notes say nothing about deploying Kafka."
+    )
