@@ -50,6 +50,31 @@ def test_where_questions_get_no_write_a_questions_prefix_is_warmed_too(
     assert question["messages"][:-1] == first["messages"][:-1]
 
 
+def test_the_warm_request_is_of_the_version_chats_run_not_the_edited_row(
+    model, alice, demo
+):
+    # The demo's assistant: v1 labelled production, the live row edited into v2
+    # (a candidate). Warming v2's instructions had warmed a prompt nobody sent:
+    # the first answer after start-up read its whole prompt cold.
+    from reach_site.demo import (
+        ASSISTANT_INSTRUCTIONS,
+        ASSISTANT_INSTRUCTIONS_V2,
+        seed_demo_versions,
+    )
+
+    assert seed_demo_versions()
+    demo.agent.refresh_from_db()
+    assert demo.agent.instructions == ASSISTANT_INSTRUCTIONS_V2
+    script = RedisScript()
+    model(script)
+    call_command("warm_model")
+    ask(alice, demo.agent, QUESTION)
+    warm, first = script.requests[0], script.requests[1]
+    assert warm["messages"][:-1] == first["messages"][:-1]
+    assert warm["messages"][0]["content"].startswith(ASSISTANT_INSTRUCTIONS)
+    assert ASSISTANT_INSTRUCTIONS_V2 not in warm["messages"][0]["content"]
+
+
 def test_warming_an_unreachable_model_fails_plainly(settings, demo):
     settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
     with pytest.raises(CommandError, match="warming the model failed"):

@@ -3,7 +3,8 @@
 The first question after ``make up`` used to cost 25 s more than the next: the
 built-in model had to read the agent's system prompt and tool definitions cold.
 This sends exactly what a run's first model call sends (the engine's own
-``build_messages`` and tool list for the default agent) with a one-token answer,
+``build_messages`` and tool list for the default agent, at the version its chats
+run) with a one-token answer,
 so the server holds that prefix when the first user arrives. Where questions get
 no write tool (``REACH_QUESTIONS_READ_ONLY`` and the agent's switch: the demo
 question is such a question), a question's first call offers fewer tools, so a
@@ -22,7 +23,11 @@ from openai import OpenAI, OpenAIError
 
 from engine.context import build_messages
 from engine.questions import for_question
-from registry.services import agent_snapshot_of, toolbox_for_snapshot
+from registry.services import (
+    agent_snapshot_of,
+    toolbox_for_snapshot,
+    version_resolve,
+)
 from runs.selectors import default_agent
 
 #: A stand-in message: only what comes before it is shared with real runs.
@@ -34,7 +39,9 @@ WARM_QUESTION = "你好吗？"
 def first_requests(agent: Any) -> list[dict[str, Any]]:
     """The bodies of a run's first model call for ``agent`` (but the message):
     a message's, then a question's when a question is offered fewer tools."""
-    snapshot = agent_snapshot_of(agent)
+    # The version a chat runs (the one labelled production), not the live row:
+    # an edit waiting as a candidate would warm a prompt nobody sends.
+    snapshot = agent_snapshot_of(agent, version=version_resolve(agent))
     toolbox = toolbox_for_snapshot(snapshot)
     bodies = [first_request(snapshot, toolbox, WARM_GOAL)]
     limits = snapshot.limits
