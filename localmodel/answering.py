@@ -343,13 +343,20 @@ def searches_all_missed(messages: Sequence[Mapping[str, Any]]) -> bool:
     return searched
 
 
+#: What a hint quotes (the search's own words): an answer may well repeat those.
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|‘[^’]*’|“[^”]*”")
+
+
 def _hints(messages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The hints of this turn's results that found nothing, without what they
+    quote: "no note mentions any word of 'vector retrieval experiment'" quotes
+    the search, and the right answer names the experiment too."""
     hints = []
     for message in _this_turn(messages):
         if message.get("role") in _RESULT_ROLES:
             hint = _found_nothing(_result(message))
             if hint:
-                hints.append(hint)
+                hints.append(_QUOTED.sub(" ", hint))
     return hints
 
 

@@ -191,6 +191,14 @@ def test_an_answer_repeating_the_hint_is_found_and_a_plain_one_is_not():
     assert not answering.echoed_hint("缓存改造", found)
 
 
+def test_an_answer_naming_what_was_searched_for_is_no_echo():
+    # The hint quotes the search; the right answer, found by a later search,
+    # names the same thing (it had been replaced by "I found nothing").
+    answer = "The total budget of the caching hot queries plan is 1088."
+    assert not answering.echoed_hint(answer, ENGLISH_MISS)
+    assert answering.echoed_hint("Try fewer or other words, please.", ENGLISH_MISS)
+
+
 def test_the_plain_fact_replaces_this_turns_empty_results_in_the_askers_language():
     asked = answering.said_plainly(ENGLISH_MISS)
     assert asked[:2] == ENGLISH_MISS[:2]
