@@ -268,9 +268,10 @@ def invented_calculation(
     function = calls[0].get("function") or {}
     if function.get("name") != "calculate":
         return None
-    used = _numbers(" ".join(_strings(function.get("arguments"))))
-    invented = {n for n in used - _known_numbers(messages) if not _DIGIT.fullmatch(n)}
-    if not invented:
+    written = " ".join(_strings(function.get("arguments")))
+    unknown = _numbers(written) - _known_numbers(messages)
+    invented = {n for n in unknown if not _DIGIT.fullmatch(n)}
+    if not invented and not (unknown and _an_example_of(written, tools)):
         return None
     return next(
         (
@@ -280,6 +281,21 @@ def invented_calculation(
         ),
         None,
     )
+
+
+def _an_example_of(written: str, tools: Sequence[Mapping[str, Any]]) -> bool:
+    """True when a ``calculate`` call's expression is one its own definition
+    gives as an example (``(2 + 3) * 4``): a placeholder copied, not a figure
+    of the user's question."""
+    expression = re.sub(r"\s+", "", written)
+    if not expression:
+        return False
+    for tool in tools:
+        function = tool.get("function") or {}
+        if function.get("name") == "calculate":
+            shown = json.dumps(function, ensure_ascii=False)
+            return expression in re.sub(r"\s+", "", shown)
+    return False
 
 
 def _signature(call: Mapping[str, Any]) -> tuple[str, str]:

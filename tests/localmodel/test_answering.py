@@ -386,6 +386,31 @@ def test_a_figure_of_a_note_not_looked_up_yet_asks_for_the_search_too():
     )
 
 
+def test_the_calculators_own_example_is_no_figure_of_the_question():
+    # The demo's calculate describes its parameter "e.g. 128 * 6 + 320 or (2 + 3)
+    # * 4": a sum over two notes added the example's 20 for the second note.
+    example = {
+        **CALCULATE,
+        "function": {
+            **CALCULATE["function"],
+            "description": "Evaluate an arithmetic expression, e.g. (2 + 3) * 4",
+        },
+    }
+    tools = [example, *(t for t in TOOLS if t is not CALCULATE)]
+    assert (
+        answering.invented_calculation([calculate("(2 + 3) * 4")], CACHE_FOUND, tools)
+        == "search_notes"
+    )
+    # The user's own 2 + 3 is theirs, example or not.
+    asked = [{"role": "user", "content": "What is 2 + 3?"}]
+    assert answering.invented_calculation([calculate("2 + 3")], asked, tools) is None
+    # Digits of its own are let be, as before.
+    assert (
+        answering.invented_calculation([calculate("(2 + 3) * 5")], CACHE_FOUND, tools)
+        is None
+    )
+
+
 def test_searches_that_all_found_nothing_are_told_apart():
     assert answering.searches_all_missed(ENGLISH_MISS)
     assert answering.searches_all_missed(TRIED_BOTH)
