@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from infra.processes import spawn
 
@@ -44,9 +45,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def first_answer(manage: list[str], env: dict[str, str]) -> None:
-    """The demo question first thing after start-up, then again: the ratio."""
-    command = [*manage, "eval", "first-answer", "--as", "admin", "--json"]
+def _latencies(manage: list[str], env: dict[str, str], suite: str) -> Any:
+    """The first case of ``suite`` run at concurrency 1, or None if it failed."""
+    command = [*manage, "eval", suite, "--as", "admin", "--json"]
     result = subprocess.run(
         [*command, "--concurrency", "1"],
         cwd=ROOT,
@@ -55,13 +56,32 @@ def first_answer(manage: list[str], env: dict[str, str]) -> None:
         text=True,
     )
     if result.returncode:
-        print(f"!! first-answer failed: {result.stderr[-2000:]}")
+        print(f"!! {suite} failed: {result.stderr[-2000:]}")
+        return None
+    return json.loads(result.stdout)["cases"][0]
+
+
+def first_answer(manage: list[str], env: dict[str, str]) -> None:
+    """The demo question first thing after start-up, then again, then a question
+    of its shape about another note: the two ratios. The same question again
+    finds every one of its model calls' prompts in the model's prompt cache; the
+    other question reads its tool results fresh, as a first answer does."""
+    case = _latencies(manage, env, "first-answer")
+    if case is None:
         return
-    case = json.loads(result.stdout)["cases"][0]
     first, warm = case["latency_s"]["each"][:2]
     print(
         f"==> first answer after start-up {first:.1f} s, the same question warm "
         f"{warm:.1f} s: {first / warm:.2f}x ({case['passed']}/{case['runs']} passed)"
+    )
+    other = _latencies(manage, env, "warm-answer")
+    if other is None:
+        return
+    [again] = other["latency_s"]["each"][:1]
+    print(
+        f"==> first answer after start-up {first:.1f} s, another question of its "
+        f"shape warm {again:.1f} s: {first / again:.2f}x "
+        f"({other['passed']}/{other['runs']} passed)"
     )
 
 

@@ -20,3 +20,5 @@ def test_make_eval_runs_only_suites_that_exist() -> None:
     names = {entry.split(":")[0] for entry in DEFAULT_SUITES}
     assert names <= set(builtin_paths())
     assert {"notes-local", "notes-blind"} <= names
+    # What it runs first: the first answer after start-up, then warm answers.
+    assert {"first-answer", "warm-answer"} <= set(builtin_paths())
