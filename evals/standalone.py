@@ -77,7 +77,7 @@ def first_answer(manage: list[str], env: dict[str, str]) -> None:
     other = _latencies(manage, env, "warm-answer")
     if other is None:
         return
-    [again] = other["latency_s"]["each"][:1]
+    again = other["latency_s"]["each"][0]
     print(
         f"==> first answer after start-up {first:.1f} s, another question of its "
         f"shape warm {again:.1f} s: {first / again:.2f}x "

@@ -127,6 +127,16 @@ def _calls_by_id(
     return calls
 
 
+def _search_answered(
+    result: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The search call (of ``calls``, by id) that ``result`` answers, else None."""
+    call = calls.get(str(result.get("tool_call_id") or ""))
+    if call is None or not _is_search(str(call.get("name") or "")):
+        return None
+    return call
+
+
 def missed_search(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
 ) -> Miss | None:
@@ -140,8 +150,8 @@ def missed_search(
         return None
     turn = _this_turn(messages)
     calls = _calls_by_id(turn)
-    call = calls.get(str(messages[-1].get("tool_call_id") or ""))
-    if call is None or not _is_search(str(call.get("name") or "")):
+    call = _search_answered(messages[-1], calls)
+    if call is None:
         return None
     tool = next(
         (t for t in tools if t.get("function", {}).get("name") == call.get("name")),
@@ -247,11 +257,6 @@ def _known_numbers(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return known
 
 
-#: A lone digit in a calculation is let be: a count the question implies (the
-#: 2 of an average of two budgets), not a figure that needs finding.
-_DIGIT = re.compile(r"\d")
-
-
 def invented_calculation(
     calls: Sequence[Mapping[str, Any]],
     messages: Sequence[Mapping[str, Any]],
@@ -270,7 +275,9 @@ def invented_calculation(
         return None
     written = " ".join(_strings(function.get("arguments")))
     unknown = _numbers(written) - _known_numbers(messages)
-    invented = {n for n in unknown if not _DIGIT.fullmatch(n)}
+    # A lone digit is let be: a count the question implies (the 2 of an average
+    # of two budgets), not a figure that needs finding.
+    invented = {n for n in unknown if len(n) > 1}
     if not invented and not (unknown and _an_example_of(written, tools)):
         return None
     return next(
@@ -350,8 +357,7 @@ def searches_all_missed(messages: Sequence[Mapping[str, Any]]) -> bool:
     for message in turn:
         if message.get("role") not in _RESULT_ROLES:
             continue
-        call = calls.get(str(message.get("tool_call_id") or ""))
-        if call is None or not _is_search(str(call.get("name") or "")):
+        if _search_answered(message, calls) is None:
             continue
         if _found_nothing(_result(message)) is None:
             return False

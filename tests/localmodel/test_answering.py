@@ -263,28 +263,32 @@ TRIED_BOTH = searched(
 )
 
 
+ECHO = "message:\nNo note mentions any word of 'Kafka deployment 部署'. Try fewer"
+NOTHING_ON_KAFKA = "The notes say nothing about deploying Kafka."
+
+
+def answered(
+    monkeypatch: pytest.MonkeyPatch,
+    texts: list[str],
+    messages: list[dict[str, Any]] = TRIED_BOTH,
+) -> tuple[str, Any]:
+    """The handler's answer in assistant mode when the model writes ``texts``,
+    and the stand-in that recorded the asks."""
+    result, llama = ask(monkeypatch, texts, assistant=True, messages=messages)
+    return result["choices"][0]["message"]["content"], llama
+
+
 def test_the_hint_as_the_answer_is_asked_again_with_the_result_said_plainly(
     monkeypatch,
 ):
-    echo = "message:\nNo note mentions any word of 'Kafka deployment 部署'. Try fewer"
-    result, llama = ask(
-        monkeypatch,
-        [echo, "message:\nThe notes say nothing about deploying Kafka."],
-        assistant=True,
-        messages=TRIED_BOTH,
-    )
-    assert result["choices"][0]["message"]["content"] == (
-        "The notes say nothing about deploying Kafka."
-    )
+    answer, llama = answered(monkeypatch, [ECHO, f"message:\n{NOTHING_ON_KAFKA}"])
+    assert answer == NOTHING_ON_KAFKA
     assert len(llama.grammars) == 2
 
 
 def test_the_hint_twice_gives_the_plain_fact(monkeypatch):
-    echo = "message:\nNo note mentions any word of 'Kafka deployment 部署'. Try fewer"
-    result, llama = ask(monkeypatch, [echo, echo], assistant=True, messages=TRIED_BOTH)
-    assert result["choices"][0]["message"]["content"] == (
-        "I found nothing about that: no note mentions it."
-    )
+    answer, _ = answered(monkeypatch, [ECHO, ECHO])
+    assert answer == "I found nothing about that: no note mentions it."
 
 
 def test_an_expression_quoted_is_sent_back_for_the_calculator(monkeypatch):
@@ -430,15 +434,8 @@ def test_searches_that_all_found_nothing_are_told_apart():
 
 
 def test_the_answer_after_searches_that_found_nothing_reads_that_plainly(monkeypatch):
-    result, llama = ask(
-        monkeypatch,
-        ["message:\nThe notes say nothing about deploying Kafka."],
-        assistant=True,
-        messages=TRIED_BOTH,
-    )
-    assert result["choices"][0]["message"]["content"] == (
-        "The notes say nothing about deploying Kafka."
-    )
+    answer, llama = answered(monkeypatch, [f"message:\n{NOTHING_ON_KAFKA}"])
+    assert answer == NOTHING_ON_KAFKA
     prompt = b"".join(llama.read).decode()
     assert "Nothing matched: no note or record holds these words" in prompt
     assert "Try fewer" not in prompt
@@ -521,12 +518,6 @@ def test_an_answer_wrapped_as_data_is_unwrapped(written, answer):
 
 
 def test_the_handler_shows_the_answer_inside_the_wrapping(monkeypatch):
-    result, llama = ask(
-        monkeypatch,
-        ['message:\n{"content": "The notes say nothing about deploying Kafka."}'],
-        assistant=True,
-        messages=TRIED_BOTH,
-    )
-    assert result["choices"][0]["message"]["content"] == (
-        "The notes say nothing about deploying Kafka."
-    )
+    wrapped = json.dumps({"content": NOTHING_ON_KAFKA})
+    answer, _ = answered(monkeypatch, [f"message:\n{wrapped}"])
+    assert answer == NOTHING_ON_KAFKA
