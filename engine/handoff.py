@@ -267,15 +267,6 @@ def handoff_refusal(
     return None
 
 
-def any_handoff(steps: Sequence[StepRecord]) -> bool:
-    """Whether any of ``steps`` is a handoff (a fork's copies can be)."""
-    # A plain loop, not any(): no generator call per step on every run's path.
-    for step in steps:  # noqa: SIM110
-        if DetailKey.HANDOFF in step.detail:
-            return True
-    return False
-
-
 @dataclass(frozen=True)
 class Takeover:
     """What the run acts with once the agent a handoff made act takes over."""
@@ -373,7 +364,6 @@ __all__ = [
     "Handoffs",
     "Takeover",
     "acting_agent",
-    "any_handoff",
     "hand_off",
     "handoff_refusal",
     "handoffs_taken",

@@ -31,7 +31,6 @@ from .execution import Executor, select_fields
 from .guards import Guards, GuardStage, RunGuard, Screen
 from .handoff import (
     Handoffs,
-    any_handoff,
     hand_off,
     open_port,
     take_over,
@@ -49,7 +48,7 @@ from .model_client import (
 )
 from .model_steps import cut_step, failed_model_step, model_step, next_seq
 from .planning import Planner
-from .pricing import ModelPrice, format_usd
+from .pricing import ModelPrice, format_usd, run_cost
 from .questions import for_question
 from .redaction import Redactor
 from .routing import Route, Routing, recorded_route
@@ -73,7 +72,14 @@ from .spec import (
     Usage,
     utcnow,
 )
-from .structured import AnswerFormat, settle_answer
+from .stops import STOP_MESSAGES
+from .structured import (
+    ANSWER_SCHEMA_KEY,
+    EMPTY_ANSWER,
+    AnswerFormat,
+    Settled,
+    settle_answer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +124,13 @@ class Engine:
     guards: Guards | None = None
 
     def __post_init__(self) -> None:
-        # A structured answer (engine.structured): its schema, asked for.
-        self._format = AnswerFormat.of(self.agent, self.model_client)
+        # A structured answer (engine.structured): its schema, asked for. An
+        # agent that declares none never enters that module.
+        self._format = (
+            AnswerFormat.of(self.agent, self.model_client)
+            if self.agent is not None and ANSWER_SCHEMA_KEY in self.agent.extra
+            else None
+        )
         self._guard = self._run_guard()
         # The acting agent: the handoff step that made it act (0: the start).
         self._acting = self.agent or AgentSnapshot()
@@ -145,7 +156,7 @@ class Engine:
             routed = True
         # Only a run whose agent may hand off (or a fork of one that did) follows.
         follow = self.agent is not None and (
-            bool(self.agent.handoffs) or any_handoff(steps)
+            bool(self.agent.handoffs) or _any_handoff(steps)
         )
         if follow:
             # Resumed after a handoff: the open turn is its proposer's.
@@ -324,7 +335,7 @@ class Engine:
         blocked = self._guard.message if self._guard is not None else None
         if reason is StopReason.GUARDRAIL and blocked is not None:
             return blocked
-        return _STOP_MESSAGES.get(reason)
+        return STOP_MESSAGES.get(reason)
 
     # -- handoffs -----------------------------------------------------------------
 
@@ -433,9 +444,7 @@ class Engine:
 
     @staticmethod
     def _finish_interrupted(journal: Journal, stop: _Interrupted) -> None:
-        journal.finish(
-            stop.reason, answer=None, message=_STOP_MESSAGES.get(stop.reason)
-        )
+        journal.finish(stop.reason, answer=None, message=STOP_MESSAGES.get(stop.reason))
 
     def _failed_model_step(
         self,
@@ -633,8 +642,11 @@ class Engine:
             if self._guard.answer_blocked(journal, steps, snap, screen):
                 return Outcome.FINISHED
         answer = self.redactor.text(reply.content or "").strip()
-        schema = self._format.schema if self._format is not None else None
-        settled = settle_answer(schema, answer, steps)
+        settled = (  # a plain answer has no schema to be checked against
+            settle_answer(self._format.schema, answer, steps)
+            if self._format is not None
+            else Settled(StopReason.FINAL_ANSWER, answer=answer or EMPTY_ANSWER)
+        )
         if settled.note is not None:
             steps.extend(self._append(journal, [settled.note]))
             return None
@@ -853,32 +865,13 @@ class _OutOfTime(_Interrupted):
     reason = StopReason.TIME_BUDGET
 
 
-_STOP_MESSAGES = {
-    StopReason.MAX_STEPS: "Stopped: the run reached its limit of model steps.",
-    StopReason.MAX_TOOL_CALLS: "Stopped: the run reached its limit of tool calls.",
-    StopReason.REPEATED_CALL: "Stopped: the model kept repeating the same call.",
-    StopReason.TOOL_ERROR_LIMIT: "Stopped: too many tool errors in this run.",
-    StopReason.TIME_BUDGET: "Stopped: the run used up its time budget.",
-    StopReason.TOKEN_BUDGET: "Stopped: the run used up its token budget.",
-    StopReason.COST_BUDGET: "Stopped: the run used up its cost budget.",
-    StopReason.APPROVAL_EXPIRED: "Stopped: an approval expired before anyone decided.",
-    StopReason.HANDOFF_LOOP: "Stopped: the agents kept handing the conversation to "
-    "each other.",
-    # A resumed run whose block was recorded before it finished.
-    StopReason.GUARDRAIL: "Stopped: a guardrail blocked the run.",
-}
-
-
-def run_cost(steps: Sequence[StepRecord]) -> float:
-    """What the run's own model calls cost so far (USD, the priced ones; steps a
-    fork copied from its parent were paid for by the parent)."""
-    return sum(
-        s.cost_usd
-        for s in steps
-        if s.kind is StepKind.MODEL_CALL
-        and s.cost_usd is not None
-        and DetailKey.COPIED_FROM not in s.detail
-    )
+def _any_handoff(steps: Sequence[StepRecord]) -> bool:
+    """Whether any of ``steps`` is a handoff (a fork's copies can be)."""
+    # A plain loop, not any(): no generator call per step on every run's path.
+    for step in steps:  # noqa: SIM110
+        if DetailKey.HANDOFF in step.detail:
+            return True
+    return False
 
 
 def _replace(steps: list[StepRecord], updated: StepRecord) -> None:

@@ -14,12 +14,12 @@ unknown"), never a cost of 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .spec import Usage
+from .spec import DetailKey, StepKind, StepRecord, Usage
 
 #: Where an agent snapshot records the price its run uses.
 PRICE_KEY = "price"
@@ -134,3 +134,15 @@ def format_usd(value: float | None) -> str:
     if abs(value) < 0.0000005:
         return "< $0.000001"
     return f"${value:.6f}"
+
+
+def run_cost(steps: Sequence[StepRecord]) -> float:
+    """What the run's own model calls cost so far (USD, the priced ones; steps a
+    fork copied from its parent were paid for by the parent)."""
+    return sum(
+        s.cost_usd
+        for s in steps
+        if s.kind is StepKind.MODEL_CALL
+        and s.cost_usd is not None
+        and DetailKey.COPIED_FROM not in s.detail
+    )

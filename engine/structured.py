@@ -37,6 +37,8 @@ from .spec import (
 
 #: Where ``Task.agent_snapshot`` keeps the answer's schema.
 ANSWER_SCHEMA_KEY = "answer_schema"
+#: What a run records as its answer when the model's final reply was empty.
+EMPTY_ANSWER = "(The model returned an empty answer.)"
 #: The reason of the note that asks the model to repair its answer.
 REPAIR_REASON = "bad_answer"
 #: How many repair turns one run gets before it stops with ``bad_answer``.
@@ -248,7 +250,7 @@ def settle_answer(
     if schema is None:
         return Settled(
             StopReason.FINAL_ANSWER,
-            answer=answer or "(The model returned an empty answer.)",
+            answer=answer or EMPTY_ANSWER,
         )
     value, problem = schema.check(answer)
     if problem is None:

@@ -23,9 +23,8 @@ from engine.model_client import (
     assistant_message,
 )
 from engine.spec import AgentSnapshot, Attempt, ToolCall, Usage, utcnow
+from runs.ports import GATEWAY_KEY
 
-#: The key of ``AgentSnapshot.extra`` that marks a gateway run (and holds its call).
-GATEWAY_KEY = "mcp_gateway"
 #: What a gateway run records as its model: no language model answered.
 GATEWAY_MODEL = "mcp-gateway"
 

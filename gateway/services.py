@@ -30,7 +30,7 @@ from engine.spec import (
     StepStatus,
     TaskStatus,
 )
-from gateway.model_client import GATEWAY_KEY, GATEWAY_MODEL, GatewayCall
+from gateway.model_client import GATEWAY_MODEL, GatewayCall
 from gateway.models import McpCall
 from gateway.selectors import carried_taint
 from infra import runtime
@@ -40,6 +40,7 @@ from registry.services import agent_snapshot_of, version_resolve
 from runs import selectors
 from runs.api.auth import token_user
 from runs.models import Step, Task
+from runs.ports import GATEWAY_KEY
 from runs.services import conversation_create, task_start
 
 #: Step statuses whose result is what the tool answered (the ledger's included).

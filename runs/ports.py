@@ -61,11 +61,16 @@ def _endpoint_only(*, snapshot: AgentSnapshot) -> ModelClient | None:
     return None
 
 
+#: The key of ``AgentSnapshot.extra`` that marks a run whose model is not the
+#: configured endpoint (the MCP gateway's one-call runs; it holds the call).
+GATEWAY_KEY = "mcp_gateway"
+
 #: A run whose model is not the configured endpoint (the MCP gateway's one-call
 #: runs, answered by a deterministic client) gets its client here, so it goes
-#: through the same engine. Filled by ``gateway`` (``GatewayConfig.ready``,
-#: gateway/apps.py) with ``gateway.model_client.gateway_model``; unfilled, every
-#: run talks to the endpoint (None).
+#: through the same engine; only a run whose snapshot holds ``GATEWAY_KEY`` asks.
+#: Filled by ``gateway`` (``GatewayConfig.ready``, gateway/apps.py) with
+#: ``gateway.model_client.gateway_model``; unfilled, every run talks to the
+#: endpoint (None).
 model_for = Slot[ModelFor](
     "model provider", filled_by="gateway", default=_endpoint_only
 )

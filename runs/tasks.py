@@ -140,12 +140,16 @@ def task_advance(*, task_id: Any) -> AdvanceResult:
 def build_engine(task: Task) -> Engine:
     snapshot = AgentSnapshot.from_json(task.agent_snapshot)
     toolbox = toolbox_for_snapshot(snapshot)
-    case = EvalCase.from_json(task.eval_case)
+    case = EvalCase.from_json(task.eval_case) if task.eval_case is not None else None
     if case is not None:
         # An evaluation changes nothing: writes answer with the case's stand-ins.
         toolbox = eval_toolbox(toolbox, case)
     # The slot's provider answers some runs itself (the MCP gateway's one-call runs).
-    client: ModelClient | None = ports.model_for()(snapshot=snapshot)
+    client: ModelClient | None = (
+        ports.model_for()(snapshot=snapshot)
+        if ports.GATEWAY_KEY in snapshot.extra
+        else None
+    )
     routing: Routing | None = None
     if client is None and ROUTE_KEY not in snapshot.extra:
         # No rule chose when it started: its first step asks the model.

@@ -39,6 +39,16 @@ HEADING = "### The files one chat message passes through, in order"
 #: ASGI entry (its client calls Django's handler directly).
 NOT_TRACED_HERE = {"reach_site/asgi.py"}
 
+#: The modules of features this run does not use (it is no evaluation, no MCP
+#: gateway call, its agent declares no answer schema and no handoff): a run that
+#: does not use a feature does not enter its module.
+UNUSED_FEATURES = {
+    "engine/evaluation.py",
+    "gateway/model_client.py",
+    "engine/structured.py",
+    "engine/handoff.py",
+}
+
 #: Not the product: where the test's own code and the libraries live.
 _OUTSIDE = ("tests/", "bench/", ".venv", "var/")
 
@@ -106,6 +116,8 @@ def test_the_readme_lists_every_file_one_chat_message_passes(demo, model):
         asyncio.run(deliver(consumer, pushed))
 
     passed = traced(one_message)
+    entered = sorted(passed & UNUSED_FEATURES)
+    assert not entered, f"a run that does not use them entered {entered}"
     names = listed()
     assert not passed - names, f"the README does not name {sorted(passed - names)}"
     gone = names - passed - NOT_TRACED_HERE
