@@ -18,7 +18,11 @@ assistant mode, ``REACH_LOCAL_TOOL_FIRST=1``):
 - **Searches that all found nothing.** The turn's answer is asked with those
   results said plainly (no note holds the words; tell the user so), so that it
   says the notes do not say rather than make a fact up:
-  :func:`searches_all_missed`, :func:`said_plainly`.
+  :func:`searches_all_missed`, :func:`said_plainly`. Notes found only through
+  other words, none of which holds the name the search was for (an acronym such
+  as CDN, a word such as MySQL, or one the question capitalises: "budget CDN
+  预算内容" found the two notes with a budget), found nothing about it:
+  :func:`names_not_found`.
 - **A figure nobody gave, calculated with.** A ``calculate`` call with a number
   that no message holds is sent back for a search (the figure is in a note):
   :func:`invented_calculation`.
@@ -35,7 +39,7 @@ import ast
 import json
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,8 +199,12 @@ def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
 
 def translation_prompt(miss: Miss) -> list[dict[str, str]]:
     """A short chat asking for the words a note in the other language would use
-    for ``miss``'s question (its words alone lose what they were about:
-    "archive" is 档案, the note's word is 归档)."""
+    for ``miss``'s search words, with the question they came from beside them
+    (the words alone lose what they were about: "archive" is 档案, the note's
+    word is 归档). It asks for the words' own translation, not for what a note
+    answering the question would hold: asked that way, the model wrote the
+    question's aim ("caching note" became 预算, "budget"; "hot queries" became
+    搜索引擎技术), which found every note with a budget, or the wrong one."""
     language = _LANGUAGE_NAME[miss.into]
     asked = f"Question: {miss.question}\n" if miss.question else ""
     return [
@@ -208,8 +216,8 @@ def translation_prompt(miss: Miss) -> list[dict[str, str]]:
         {
             "role": "user",
             "content": f"{asked}These search words found nothing: {miss.words}\n"
-            f"Write the {language} keywords that a {language} note answering this "
-            f"would contain.",
+            f'Write the {language} words for "{miss.words}" that a {language} '
+            f"note about it would contain.",
         },
     ]
 
@@ -339,27 +347,102 @@ _PLAIN = {
     "en": "Nothing matched: no note or record holds these words. Tell the user "
     "plainly that the notes do not say.",
 }
+_PLAIN_NAMED = {
+    "zh": "没有找到：找到的笔记都没有提到 {names}。"
+    "请用中文直接告诉用户，笔记里没有关于 {names} 的内容。",
+    "en": "Nothing about {names}: none of the notes found mentions {names}. Tell "
+    "the user plainly that the notes do not say.",
+}
 _NOTHING_FOUND = {
     "zh": "没有找到相关内容：笔记里没有提到这一点。",
     "en": "I found nothing about that: no note mentions it.",
 }
 
 
+#: A name in a search's words: an acronym (CDN, GPU, K8S) or a word with a
+#: capital inside (MySQL, GitHub). Names are not translated: a note about one
+#: writes it as it is.
+_ACRONYM = re.compile(r"^(?:[A-Z][A-Z0-9]{1,7}|[A-Za-z]*[a-z][A-Z][A-Za-z]*)$")
+#: A capitalised word after a sentence's first: a name too (Kafka, Elasticsearch).
+_SENTENCES = re.compile(r"[^.!?。！？]+")
+
+
+def _question_names(question: str) -> set[str]:
+    """The capitalised words of ``question`` that start no sentence."""
+    names = set()
+    for sentence in _SENTENCES.findall(question):
+        for word in _LATIN_WORD.findall(sentence)[1:]:
+            if len(word) > 1 and word[0].isupper():
+                names.add(word.lower())
+    return names
+
+
+def _strings_in(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings_in(item)
+
+
+def names_not_found(
+    result: Mapping[str, Any], call: Mapping[str, Any], question: str
+) -> list[str]:
+    """The names of a search's words (see :data:`_ACRONYM`, and the question's
+    capitalised words) of which no result of a search that found something
+    holds any: the notes it found are about something else, matched by other
+    words ("budget CDN 预算内容" found the two notes with a budget, 预算, and
+    neither mentions a CDN). Empty when it found nothing or any name is there."""
+    value = _result(result)
+    if _found_nothing(value) is not None or value is None:
+        return []
+    asked = _question_names(question)
+    names = [
+        word
+        for text in _strings(call.get("arguments"))
+        for word in _LATIN_WORD.findall(text)
+        if _ACRONYM.match(word) or word.lower() in asked
+    ]
+    found = " ".join(_strings_in(value)).lower()
+    if not names or any(name.lower() in found for name in names):
+        return []
+    return list(dict.fromkeys(names))
+
+
+def _missed(
+    message: Mapping[str, Any], calls: Mapping[str, Mapping[str, Any]], question: str
+) -> bool | None:
+    """Whether a search's result found nothing about what it was asked (nothing
+    at all, or notes that hold none of its names); None: no search's result."""
+    call = _search_answered(message, calls)
+    if call is None:
+        return None
+    return _found_nothing(_result(message)) is not None or bool(
+        names_not_found(message, call, question)
+    )
+
+
 def searches_all_missed(messages: Sequence[Mapping[str, Any]]) -> bool:
     """True when the turn's last message is a result and every result of this
-    turn's search calls (one at least) found nothing: the answer comes next,
-    and it should say so rather than make something up."""
+    turn's search calls (one at least) found nothing about what it was asked
+    (:func:`_missed`): the answer comes next, and it should say so rather than
+    make something up."""
     if not messages or messages[-1].get("role") not in _RESULT_ROLES:
         return False
     turn = _this_turn(messages)
     calls = _calls_by_id(turn)
+    question = _last_user_text(messages)
     searched = False
     for message in turn:
         if message.get("role") not in _RESULT_ROLES:
             continue
-        if _search_answered(message, calls) is None:
+        missed = _missed(message, calls, question)
+        if missed is None:
             continue
-        if _found_nothing(_result(message)) is None:
+        if not missed:
             return False
         searched = True
     return searched
@@ -398,19 +481,28 @@ def echoed_hint(content: str | None, messages: Sequence[Mapping[str, Any]]) -> b
 
 
 def said_plainly(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with this turn's empty results replaced by the plain fact, in
-    the asker's language (the model then says it in its own words)."""
-    plain = json.dumps(
-        {"found": [], "note": _PLAIN[asker_language(messages)]}, ensure_ascii=False
-    )
-    turn_start = len(messages) - len(_this_turn(messages))
+    """``messages`` with this turn's empty results, and its searches' results
+    that hold none of their names (:func:`names_not_found`), replaced by the
+    plain fact in the asker's language (the model then says it in its own
+    words)."""
+    language = asker_language(messages)
+    plain = json.dumps({"found": [], "note": _PLAIN[language]}, ensure_ascii=False)
+    turn = _this_turn(messages)
+    turn_start = len(messages) - len(turn)
+    calls = _calls_by_id(turn)
+    question = _last_user_text(messages)
     out: list[dict[str, Any]] = []
     for at, message in enumerate(messages):
-        if (
-            at >= turn_start
-            and message.get("role") in _RESULT_ROLES
-            and _found_nothing(_result(message)) is not None
-        ):
+        if at < turn_start or message.get("role") not in _RESULT_ROLES:
+            out.append(dict(message))
+            continue
+        call = _search_answered(message, calls)
+        names = names_not_found(message, call, question) if call is not None else []
+        if names:
+            note = _PLAIN_NAMED[language].format(names=", ".join(names))
+            said = json.dumps({"found": [], "note": note}, ensure_ascii=False)
+            out.append({**message, "content": said})
+        elif _found_nothing(_result(message)) is not None:
             out.append({**message, "content": plain})
         else:
             out.append(dict(message))

@@ -314,6 +314,11 @@ def test_the_translation_is_asked_with_the_question_it_is_for():
     [system, user] = answering.translation_prompt(miss)
     assert "Which note is about caching hot queries?" in user["content"]
     assert "caching hot queries" in user["content"] and "Chinese" in user["content"]
+    # The words themselves are asked for, not what a note answering the question
+    # holds: asked that way, "caching note" came back as 预算 ("budget"), which
+    # found every note with a budget.
+    assert 'Chinese words for "caching hot queries"' in user["content"]
+    assert "answering this" not in user["content"]
 
 
 # -- calls the handler asks again ------------------------------------------------
@@ -521,3 +526,69 @@ def test_the_handler_shows_the_answer_inside_the_wrapping(monkeypatch):
     wrapped = json.dumps({"content": NOTHING_ON_KAFKA})
     answer, _ = answered(monkeypatch, [f"message:\n{wrapped}"])
     assert answer == NOTHING_ON_KAFKA
+
+
+# -- notes found that do not hold the name asked about ---------------------------
+
+BUDGET_NOTES = [
+    {
+        "title": "搜索实验",
+        "content": "比较倒排索引与向量检索，预算表达式为 500 + 240。",
+    },
+    {
+        "title": "缓存改造",
+        "content": "使用 Redis 缓存热点查询，预算表达式为 128 * 6 + 320。",
+    },
+]
+
+
+def off_name(question: str, query: str, found: Any = BUDGET_NOTES) -> list[str]:
+    turn = searched(question, query, found)
+    return answering.names_not_found(
+        turn[2], turn[1]["tool_calls"][0]["function"], question
+    )
+
+
+def test_notes_found_by_other_words_are_not_about_a_name_none_of_them_holds():
+    # The translation's 预算 found both notes with a budget; neither mentions CDN.
+    asked = "Do the notes mention a budget for a new CDN?"
+    assert off_name(asked, "budget CDN 预算内容") == ["CDN"]
+    # A capitalised word inside a sentence is a name too; one with a capital
+    # inside (MySQL) as well.
+    assert off_name(
+        "Do any notes plan an Elasticsearch cluster?", "Elasticsearch 集群"
+    ) == ["Elasticsearch"]
+    assert off_name("笔记里有 MySQL 升级的计划吗？", "MySQL 升级 预算") == ["MySQL"]
+
+
+def test_a_name_a_found_note_holds_or_no_name_at_all_keeps_the_result():
+    assert off_name("What will the Redis caching work cost?", "Redis 预算") == []
+    assert off_name("Is there a note on Redis or CDN?", "Redis CDN") == []
+    # No name: a sentence's first word, lower-case words, a lone capital.
+    assert off_name("Caching plans: which note?", "Caching 缓存") == []
+    assert off_name("Which note should I read on caching?", "caching 缓存") == []
+    # A search that found nothing is the other rule's (searches_all_missed).
+    assert off_name("Is there a CDN?", "CDN", MISSED) == []
+
+
+def test_the_answer_after_notes_that_miss_the_name_reads_that_plainly():
+    asked = "Do the notes mention a budget for a new CDN?"
+    turn = [
+        *searched(asked, "budget CDN", MISSED),
+        *searched(asked, "budget CDN 预算内容", BUDGET_NOTES)[1:],
+    ]
+    turn[3]["tool_calls"][0]["id"] = turn[4]["tool_call_id"] = "s2"
+    assert answering.searches_all_missed(turn)
+    said = answering.said_plainly(turn)
+    assert "none of the notes found mentions CDN" in said[4]["content"]
+    assert "500 + 240" not in said[4]["content"]
+    assert "Nothing matched" in said[2]["content"]
+    # The same notes found for a name they hold are the answer's to read.
+    redis = searched(
+        "What will the Redis caching work cost?", "Redis 预算", BUDGET_NOTES
+    )
+    assert not answering.searches_all_missed(redis)
+    assert answering.said_plainly(redis)[2]["content"] == redis[2]["content"]
+    # In Chinese for a Chinese question.
+    mysql = searched("笔记里有 MySQL 升级的计划吗？", "MySQL 升级 预算", BUDGET_NOTES)
+    assert "找到的笔记都没有提到 MySQL" in answering.said_plainly(mysql)[2]["content"]
