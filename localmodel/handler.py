@@ -101,7 +101,7 @@ def reach_tools_chat_handler(
         choice: Any, asked: list[dict[str, Any]] | None = None
     ) -> chatformat.RequestPlan:
         return chatformat.plan_request(
-            messages if asked is None else asked,
+            reading if asked is None else asked,
             tools,
             choice,
             functions=functions,
@@ -197,6 +197,8 @@ def reach_tools_chat_handler(
         return chatformat.ParsedReply(content=None, tool_calls=[call]), completion
 
     spent = [0, 0]  # prompt and completion tokens, over every generation
+    # What every generation of this request reads (``plan`` asks with it).
+    reading = messages
     first = plan(tool_choice)
     assistant = TOOL_FIRST and first.tool_mode and bool(first.tools)
     miss = (
@@ -209,10 +211,11 @@ def reach_tools_chat_handler(
         reply, completion = again
     elif assistant and answering.searches_all_missed(messages):
         # Every search of the turn found nothing: the answer is asked with that
-        # said plainly, or a small model fills the gap with a made-up fact.
-        reply, completion = generate(
-            plan(tool_choice, answering.said_plainly(messages))
-        )
+        # said plainly, or a small model fills the gap with a made-up fact. So is
+        # every later ask of this request (a call made again was asked for the
+        # answer with the notes a name search had found by other words).
+        reading = answering.said_plainly(messages)
+        reply, completion = generate(plan(tool_choice))
     else:
         reply, completion = generate(first)
     leak = (

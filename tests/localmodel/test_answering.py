@@ -592,3 +592,45 @@ def test_the_answer_after_notes_that_miss_the_name_reads_that_plainly():
     # In Chinese for a Chinese question.
     mysql = searched("笔记里有 MySQL 升级的计划吗？", "MySQL 升级 预算", BUDGET_NOTES)
     assert "找到的笔记都没有提到 MySQL" in answering.said_plainly(mysql)[2]["content"]
+
+
+def test_every_ask_after_notes_that_miss_the_name_reads_that_plainly(monkeypatch):
+    """The model, asked with the results said plainly, makes the search again;
+    asked for the answer, it still reads them said plainly (it had read the two
+    budget notes again and answered with one of their budgets)."""
+    pytest.importorskip("llama_cpp")
+    from localmodel.handler import reach_tools_chat_handler
+    from tests.localmodel.test_leaks import StandInLlama
+
+    asked = "Do the notes mention a budget for a new CDN?"
+    turn = [
+        *searched(asked, "budget CDN", MISSED),
+        *searched(asked, "budget CDN 预算内容", BUDGET_NOTES)[1:],
+    ]
+    turn[3]["tool_calls"][0]["id"] = turn[4]["tool_call_id"] = "s2"
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
+    again = 'functions.search_notes:\n{"query": "budget CDN 预算内容"}'
+    llama = StandInLlama([again, "message:\nThe notes do not mention a CDN."])
+    prompts: list[bytes] = []
+    complete = llama.create_completion
+
+    def recorded(**kwargs: Any) -> dict[str, Any]:
+        prompts.append(b"".join(llama.read))
+        llama.read.clear()
+        return complete(**kwargs)
+
+    llama.create_completion = recorded  # type: ignore[method-assign]
+    result = reach_tools_chat_handler(
+        llama=llama,  # type: ignore[arg-type]
+        messages=turn,
+        tools=TOOLS,
+        tool_choice="auto",
+    )
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes do not mention a CDN."
+    )
+    assert len(prompts) == 2
+    for prompt in prompts:
+        text = prompt.decode()
+        assert "none of the notes found mentions CDN" in text
+        assert "500 + 240" not in text
