@@ -54,6 +54,16 @@ _ACTION_ZH = re.compile(
 )
 
 
+# A condition the question is asked under ("If we approve both plans, how much
+# do we spend?", "如果两个方案都批准，…"): its verbs are a supposition, not a
+# request. Only a leading clause ended by a comma; what follows it still counts.
+_CONDITION = re.compile(
+    r"^\s*(?:(?:if|suppose|supposing|assuming|in case)\b|假如|如果|要是|假设)"
+    r"[^,，;；.。!！?？]*[,，]",
+    re.IGNORECASE,
+)
+
+
 def asks_only(message: str) -> bool:
     """True when ``message`` asks a question and asks for no action."""
     text = message.strip()
@@ -66,7 +76,8 @@ def asks_only(message: str) -> bool:
     )
     if not question:
         return False
-    return not (_ACTION_EN.search(text) or _ACTION_ZH.search(text))
+    asked = _CONDITION.sub("", text, count=1)
+    return not (_ACTION_EN.search(asked) or _ACTION_ZH.search(asked))
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ from tests.support.replies import text, tool_call
         "List the notes that mention Redis.",
         "算一下搜索实验的总预算",
         "把两个方案的预算加起来",
+        # An action word in the condition a question is asked under.
+        "If we approve both plans that have a budget, how much do we spend?",
+        "如果两个方案都审批通过，一共要花多少钱？",
     ],
 )
 def test_questions_that_ask_for_no_action(message):
@@ -72,6 +75,10 @@ def test_questions_that_ask_for_no_action(message):
         "Compute the budget and email it to alice.",
         "List the notes that mention Redis and open a ticket for each.",
         "算一下预算，然后发邮件给 alice",
+        # A condition, then the request itself.
+        "If the budget is over 1000, email ops about it.",
+        "If you can, open a ticket for the slow cache?",
+        "如果预算超过 1000，发邮件给 ops 好吗？",
         "",
     ],
 )
