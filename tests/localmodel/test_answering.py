@@ -634,3 +634,89 @@ def test_every_ask_after_notes_that_miss_the_name_reads_that_plainly(monkeypatch
         text = prompt.decode()
         assert "none of the notes found mentions CDN" in text
         assert "500 + 240" not in text
+
+
+# -- several notes found: the ones the question is about -------------------------
+
+
+def test_a_search_that_found_several_notes_is_read_as_the_ones_chosen():
+    asked = "The search experiment note has a budget formula; compute it."
+    turn = searched(asked, "budget 预算", BUDGET_NOTES)
+    seen: list[tuple[str, list[str]]] = []
+
+    def choose(question: str, items: Any) -> list[int]:
+        seen.append((question, [i["title"] for i in items]))
+        return [0]
+
+    read = answering.narrowed(turn, choose)
+    assert seen == [(asked, ["搜索实验", "缓存改造"])]
+    assert json.loads(read[2]["content"]) == [BUDGET_NOTES[0]]
+    assert turn[2]["content"] == json.dumps(BUDGET_NOTES, ensure_ascii=False)
+    # Every note chosen: the result is read as it came.
+    assert answering.narrowed(turn, lambda q, items: [0, 1]) == turn
+
+
+def test_only_a_search_that_found_several_titled_notes_is_narrowed():
+    def never(question: str, items: Any) -> list[int]:
+        raise AssertionError("no choice to make")
+
+    one = searched("Which note uses Redis?", "Redis", BUDGET_NOTES[1:])
+    assert answering.narrowed(one, never) == one
+    untitled = searched("Sum?", "x", [{"result": 1}, {"result": 2}])
+    assert answering.narrowed(untitled, never) == untitled
+    assert answering.narrowed(ENGLISH_MISS, never) == ENGLISH_MISS
+    # Notes that hold none of the search's names are said plainly instead.
+    cdn = searched("Do the notes mention a new CDN?", "CDN 预算", BUDGET_NOTES)
+    assert answering.narrowed(cdn, never) == cdn
+
+
+def test_the_choice_names_titles_or_all():
+    assert answering.chosen("缓存改造", BUDGET_NOTES) == [1]
+    assert answering.chosen("缓存改造, 搜索实验", BUDGET_NOTES) == [0, 1]
+    assert answering.chosen("all", BUDGET_NOTES) == [0, 1]
+    assert answering.chosen("", BUDGET_NOTES) == [0, 1]
+    [system, user] = answering.choice_prompt("Which?", BUDGET_NOTES)
+    assert "- 搜索实验: 比较倒排索引与向量检索" in user["content"]
+    grammar = answering.choice_grammar(BUDGET_NOTES)
+    assert '"搜索实验" | "缓存改造"' in grammar
+    llama_cpp = pytest.importorskip("llama_cpp")
+    llama_cpp.LlamaGrammar.from_string(grammar, verbose=False)
+
+
+def test_the_handler_answers_from_the_notes_the_question_is_about(monkeypatch):
+    """The model's choice is asked first; the answer then reads only that note."""
+    pytest.importorskip("llama_cpp")
+    from localmodel.handler import reach_tools_chat_handler
+    from tests.localmodel.test_leaks import StandInLlama
+
+    turn = searched(
+        "The search experiment note has a budget formula; compute it.",
+        "budget 预算",
+        BUDGET_NOTES,
+    )
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
+    llama = StandInLlama(
+        ["搜索实验", 'functions.calculate:\n{"expression": "500 + 240"}']
+    )
+    prompts: list[bytes] = []
+    complete = llama.create_completion
+
+    def recorded(**kwargs: Any) -> dict[str, Any]:
+        prompts.append(b"".join(llama.read))
+        llama.read.clear()
+        return complete(**kwargs)
+
+    llama.create_completion = recorded  # type: ignore[method-assign]
+    result = reach_tools_chat_handler(
+        llama=llama,  # type: ignore[arg-type]
+        messages=turn,
+        tools=TOOLS,
+        tool_choice="auto",
+    )
+    [call] = result["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"expression": "500 + 240"}
+    chose, answered_ = (p.decode() for p in prompts)
+    assert "Which of these notes is the question about?" in chose
+    assert "500 + 240" in answered_ and "128 * 6 + 320" not in answered_
+    # Every generation's tokens count, the choice's too.
+    assert result["usage"]["completion_tokens"] == 10
