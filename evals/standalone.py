@@ -24,15 +24,19 @@ from typing import Any
 from infra.processes import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The tuning suite (notes-local), the unseen ones (notes-unseen, notes-heldout
-#: and notes-fresh, each read in turn to choose changes; notes-blind, not yet)
-#: and the demo questions three times each, the injection suite once.
+#: The tuning suite (notes-local), the unseen ones (notes-unseen, notes-heldout,
+#: notes-fresh, notes-blind, notes-sealed and notes-sealed2, each read in turn
+#: to choose changes; notes-sealed3, not yet) and the demo questions three times
+#: each, the injection suite once.
 DEFAULT_SUITES = (
     "notes-local:3",
     "notes-unseen:3",
     "notes-heldout:3",
     "notes-fresh:3",
     "notes-blind:3",
+    "notes-sealed:3",
+    "notes-sealed2:3",
+    "notes-sealed3:3",
     "notes-demo:3",
     "injection:1",
 )
