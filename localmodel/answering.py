@@ -648,6 +648,74 @@ def _spelled(value: float) -> set[str]:
     return {f"{value:.2f}".rstrip("0").rstrip("."), f"{value:.1f}", str(value)}
 
 
+#: A question that combines several notes' figures: a sum or a difference.
+_COMBINES = re.compile(
+    r"(?i)\b(?:combined|together|altogether|add|adding|added|plus|sum|both|"
+    r"difference|differ|exceeds?|cheaper|minus)\b|"
+    r"加|合计|总共|一共|相加|合起来|两个|两项|相差|差多少|多多少|少多少"
+)
+
+
+def _found_expressions(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The first expression of each note this turn's searches found, by title."""
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    found: dict[str, str] = {}
+    for message in turn:
+        if message.get("role") not in _RESULT_ROLES:
+            continue
+        if _search_answered(message, calls) is None:
+            continue
+        value = _result(message)
+        for item in value if isinstance(value, list) else ():
+            if not isinstance(item, Mapping) or not isinstance(item.get("title"), str):
+                continue
+            match = _EXPRESSION.search(" ".join(_strings_in(item.get("content"))))
+            if match and _evaluate(match.group()) is not None:
+                found.setdefault(str(item["title"]).strip(), match.group().strip())
+    return found
+
+
+def _plain(expression: str) -> str:
+    return re.sub(r"\s+", "", expression)
+
+
+def uncombined_calculation(
+    calls: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The note to ask again with when the question combines several notes'
+    figures (a sum, a difference), this turn found two or more notes with an
+    expression, and a ``calculate`` call works out one note's alone (neither
+    its expression nor its value holds another's). The model had worked out
+    the inverted-index experiment's 500 + 240 and answered it as the combined
+    budget of both plans. None otherwise."""
+    if not _COMBINES.search(_last_user_text(messages)):
+        return None
+    notes = _found_expressions(messages)
+    if len(notes) < 2:
+        return None
+    for call in calls:
+        function = call.get("function") or {}
+        if function.get("name") != "calculate":
+            continue
+        written = " ".join(_strings(function.get("arguments")))
+        plain = _plain(written)
+        covered = [
+            title
+            for title, expression in notes.items()
+            if _plain(expression) in plain
+            or _spelled(_evaluate(expression) or 0.0) & _numbers(written)
+        ]
+        if len(covered) == 1:
+            listing = "; ".join(f"{t}: {e}" for t, e in notes.items())
+            return (
+                "The question combines the figures of several notes found: "
+                f"{listing}. Work out what it asks with all of them in one "
+                "calculate call."
+            )
+    return None
+
+
 def uncomputed_expression(
     content: str | None, tools: Sequence[Mapping[str, Any]]
 ) -> str | None:

@@ -268,6 +268,21 @@ def reach_tools_chat_handler(
         reply, completion = generate(
             plan({"type": "function", "function": {"name": instead}})
         )
+    combine = (
+        answering.uncombined_calculation(reply.tool_calls, reading)
+        if assistant and reply.tool_calls
+        else None
+    )
+    if combine is not None:
+        # A sum (or difference) over several notes worked out for one of them:
+        # ask again for one calculation over all their figures.
+        logger.warning("local model: one note's figures for a combination; asked again")
+        reply, completion = generate(
+            plan(
+                {"type": "function", "function": {"name": "calculate"}},
+                [*reading, {"role": "system", "content": combine}],
+            )
+        )
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
         if assistant and not reply.tool_calls

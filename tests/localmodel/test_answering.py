@@ -720,3 +720,65 @@ def test_the_handler_answers_from_the_notes_the_question_is_about(monkeypatch):
     assert "500 + 240" in answered_ and "128 * 6 + 320" not in answered_
     # Every generation's tokens count, the choice's too.
     assert result["usage"]["completion_tokens"] == 10
+
+
+# -- a combination over several notes is one calculation -------------------------
+
+COMBINED = (
+    "Give me the combined budget of the Redis caching work and the inverted-index "
+    "experiment."
+)
+
+
+def two_searches(question: str) -> list[dict[str, Any]]:
+    """A turn whose two searches found one budget note each."""
+    turn = [
+        *searched(question, "Redis caching work", BUDGET_NOTES[1:]),
+        *searched(question, "倒排索引实验", BUDGET_NOTES[:1])[1:],
+    ]
+    turn[3]["tool_calls"][0]["id"] = turn[4]["tool_call_id"] = "s2"
+    return turn
+
+
+def test_one_notes_figures_for_a_combination_is_asked_again():
+    turn = two_searches(COMBINED)
+    note = answering.uncombined_calculation([calculate("500 + 240")], turn)
+    assert note is not None
+    assert "搜索实验: 500 + 240" in note and "缓存改造: 128 * 6 + 320" in note
+    # All the figures, or the values they came to, are a combination.
+    for whole in ("128 * 6 + 320 + 500 + 240", "1088 + 740", "1088 - 740"):
+        assert answering.uncombined_calculation([calculate(whole)], turn) is None
+    # In Chinese too.
+    zh = two_searches("缓存改造和搜索实验的预算加起来是多少？")
+    assert answering.uncombined_calculation([calculate("128 * 6 + 320")], zh)
+
+
+def test_a_single_notes_question_or_a_single_note_found_is_let_be():
+    single = two_searches("What is the search experiment's budget?")
+    assert answering.uncombined_calculation([calculate("500 + 240")], single) is None
+    one = searched(COMBINED, "Redis", BUDGET_NOTES[1:])
+    assert answering.uncombined_calculation([calculate("128 * 6 + 320")], one) is None
+
+
+def test_the_handler_asks_for_one_calculation_over_every_note(monkeypatch):
+    pytest.importorskip("llama_cpp")
+    from localmodel.handler import reach_tools_chat_handler
+    from tests.localmodel.test_leaks import StandInLlama
+
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
+    whole = "128 * 6 + 320 + 500 + 240"
+    llama = StandInLlama(
+        [
+            'functions.calculate:\n{"expression": "500 + 240"}',
+            f'functions.calculate:\n{{"expression": "{whole}"}}',
+        ]
+    )
+    result = reach_tools_chat_handler(
+        llama=llama,  # type: ignore[arg-type]
+        messages=two_searches(COMBINED),
+        tools=TOOLS,
+        tool_choice="auto",
+    )
+    [call] = result["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"expression": whole}
+    assert "in one calculate call" in b"".join(llama.read).decode()
