@@ -594,37 +594,28 @@ def test_the_answer_after_notes_that_miss_the_name_reads_that_plainly():
     assert "找到的笔记都没有提到 MySQL" in answering.said_plainly(mysql)[2]["content"]
 
 
+def prompted(
+    monkeypatch: pytest.MonkeyPatch, texts: list[str], messages: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[bytes]]:
+    """The handler's answer in assistant mode when the model writes ``texts``,
+    and the prompt text each of its generations read, in order."""
+    result, llama = ask(monkeypatch, texts, assistant=True, messages=messages)
+    return result, llama.prompts
+
+
 def test_every_ask_after_notes_that_miss_the_name_reads_that_plainly(monkeypatch):
     """The model, asked with the results said plainly, makes the search again;
     asked for the answer, it still reads them said plainly (it had read the two
     budget notes again and answered with one of their budgets)."""
-    pytest.importorskip("llama_cpp")
-    from localmodel.handler import reach_tools_chat_handler
-    from tests.localmodel.test_leaks import StandInLlama
-
     asked = "Do the notes mention a budget for a new CDN?"
     turn = [
         *searched(asked, "budget CDN", MISSED),
         *searched(asked, "budget CDN 预算内容", BUDGET_NOTES)[1:],
     ]
     turn[3]["tool_calls"][0]["id"] = turn[4]["tool_call_id"] = "s2"
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
     again = 'functions.search_notes:\n{"query": "budget CDN 预算内容"}'
-    llama = StandInLlama([again, "message:\nThe notes do not mention a CDN."])
-    prompts: list[bytes] = []
-    complete = llama.create_completion
-
-    def recorded(**kwargs: Any) -> dict[str, Any]:
-        prompts.append(b"".join(llama.read))
-        llama.read.clear()
-        return complete(**kwargs)
-
-    llama.create_completion = recorded  # type: ignore[method-assign]
-    result = reach_tools_chat_handler(
-        llama=llama,  # type: ignore[arg-type]
-        messages=turn,
-        tools=TOOLS,
-        tool_choice="auto",
+    result, prompts = prompted(
+        monkeypatch, [again, "message:\nThe notes do not mention a CDN."], turn
     )
     assert result["choices"][0]["message"]["content"].startswith(
         "The notes do not mention a CDN."
@@ -685,33 +676,15 @@ def test_the_choice_names_titles_or_all():
 
 def test_the_handler_answers_from_the_notes_the_question_is_about(monkeypatch):
     """The model's choice is asked first; the answer then reads only that note."""
-    pytest.importorskip("llama_cpp")
-    from localmodel.handler import reach_tools_chat_handler
-    from tests.localmodel.test_leaks import StandInLlama
-
     turn = searched(
         "The search experiment note has a budget formula; compute it.",
         "budget 预算",
         BUDGET_NOTES,
     )
-    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
-    llama = StandInLlama(
-        ["搜索实验", 'functions.calculate:\n{"expression": "500 + 240"}']
-    )
-    prompts: list[bytes] = []
-    complete = llama.create_completion
-
-    def recorded(**kwargs: Any) -> dict[str, Any]:
-        prompts.append(b"".join(llama.read))
-        llama.read.clear()
-        return complete(**kwargs)
-
-    llama.create_completion = recorded  # type: ignore[method-assign]
-    result = reach_tools_chat_handler(
-        llama=llama,  # type: ignore[arg-type]
-        messages=turn,
-        tools=TOOLS,
-        tool_choice="auto",
+    result, prompts = prompted(
+        monkeypatch,
+        ["搜索实验", 'functions.calculate:\n{"expression": "500 + 240"}'],
+        turn,
     )
     [call] = result["choices"][0]["message"]["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"expression": "500 + 240"}

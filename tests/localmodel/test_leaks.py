@@ -95,6 +95,9 @@ class StandInLlama:
         self.grammars: list[Any] = []
         #: Every piece of prompt text the handler tokenized, in order.
         self.read: list[bytes] = []
+        #: The prompt text each generation read (what was tokenized for it).
+        self.prompts: list[bytes] = []
+        self._asked = 0  # pieces of ``read`` the generations so far took
 
     def tokenize(self, data: bytes, add_bos: bool = False, special: bool = False):
         self.read.append(data)
@@ -104,6 +107,8 @@ class StandInLlama:
         return 32768
 
     def create_completion(self, *, prompt, grammar=None, **_: Any) -> dict[str, Any]:
+        self.prompts.append(b"".join(self.read[self._asked :]))
+        self._asked = len(self.read)
         self.grammars.append(grammar)
         return {
             "id": f"cmpl-{len(self.grammars)}",
