@@ -39,7 +39,7 @@ import ast
 import json
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -512,98 +512,6 @@ def said_plainly(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def nothing_found(messages: Sequence[Mapping[str, Any]]) -> str:
     """The plain answer that nothing was found, in the asker's language."""
     return _NOTHING_FOUND[asker_language(messages)]
-
-
-# -- several notes found --------------------------------------------------------
-
-#: Characters of each found note's content the choice reads beside its title.
-CHOICE_PREVIEW_CHARS = 80
-CHOICE_MAX_TOKENS = 32
-
-
-def _titled(value: Any) -> list[Mapping[str, Any]] | None:
-    """A search's result when it is two or more items with distinct titles."""
-    if not isinstance(value, list) or len(value) < 2:
-        return None
-    if not all(
-        isinstance(i, Mapping) and isinstance(i.get("title"), str) for i in value
-    ):
-        return None
-    titles = [str(i["title"]).strip() for i in value]
-    if not all(titles) or len(set(titles)) != len(titles):
-        return None
-    return value
-
-
-def choice_prompt(
-    question: str, items: Sequence[Mapping[str, Any]]
-) -> list[dict[str, str]]:
-    """A short chat asking which of the notes a search found ``question`` is about."""
-    listing = "\n".join(
-        f"- {str(i['title']).strip()}: "
-        f"{' '.join(_strings_in(i.get('content')))[:CHOICE_PREVIEW_CHARS]}"
-        for i in items
-    )
-    return [
-        {
-            "role": "system",
-            "content": "You pick the notes a question is about. Answer with note "
-            "titles only.",
-        },
-        {
-            "role": "user",
-            "content": f"Question: {question}\nNotes found:\n{listing}\nWhich of "
-            "these notes is the question about? Answer with their titles, separated "
-            "by commas, or all if every one.",
-        },
-    ]
-
-
-def choice_grammar(items: Sequence[Mapping[str, Any]]) -> str:
-    """GBNF for the choice: ``all``, or titles of ``items`` separated by commas."""
-    titles = " | ".join(
-        json.dumps(str(i["title"]).strip(), ensure_ascii=False) for i in items
-    )
-    return f'root ::= "all" | title (", " title)*\ntitle ::= {titles}\n'
-
-
-def chosen(text: str, items: Sequence[Mapping[str, Any]]) -> list[int]:
-    """The indexes of ``items`` the choice names, in their order (all of them for
-    ``all``, or for a choice that names none)."""
-    named = {part.strip() for part in text.split(",")}
-    kept = [n for n, i in enumerate(items) if str(i["title"]).strip() in named]
-    return kept or list(range(len(items)))
-
-
-def narrowed(
-    messages: Sequence[Mapping[str, Any]],
-    choose: Callable[[str, Sequence[Mapping[str, Any]]], list[int]],
-) -> list[dict[str, Any]]:
-    """``messages`` with each result of this turn's searches that found several
-    notes cut to those ``choose`` says the question is about (it gets the
-    question and the notes, and answers their indexes). A lexical search finds
-    every note that holds a word of the query: "budget 预算" found both notes
-    with a budget, and the model reported the other one's."""
-    turn = _this_turn(messages)
-    turn_start = len(messages) - len(turn)
-    calls = _calls_by_id(turn)
-    question = _last_user_text(messages)
-    out = [dict(message) for message in messages]
-    for at in range(turn_start, len(messages)):
-        message = messages[at]
-        if message.get("role") not in _RESULT_ROLES:
-            continue
-        call = _search_answered(message, calls)
-        if call is None or names_not_found(message, call, question):
-            continue  # no search's, or said plainly as found nothing anyway
-        items = _titled(_result(message))
-        if items is None:
-            continue
-        kept = choose(question, items)
-        if len(kept) < len(items):
-            shown = [items[n] for n in kept]
-            out[at]["content"] = json.dumps(shown, ensure_ascii=False)
-    return out
 
 
 # -- expressions --------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import llama_cpp
@@ -196,31 +196,11 @@ def reach_tools_chat_handler(
         call = answering.search_call(miss, words)
         return chatformat.ParsedReply(content=None, tool_calls=[call]), completion
 
-    def choose(question: str, items: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Which of the notes a search found the question is about."""
-        completion = complete(
-            chatformat.render_prompt(
-                answering.choice_prompt(question, items), [], tool_mode=False
-            ),
-            answering.choice_grammar(items),
-            answering.CHOICE_MAX_TOKENS,
-            temperature=0.0,
-        )
-        kept = answering.chosen(completion["choices"][0]["text"], items)
-        if len(kept) < len(items):
-            logger.info("local model: of %d notes found, read %s", len(items), kept)
-        return kept
-
     spent = [0, 0]  # prompt and completion tokens, over every generation
     # What every generation of this request reads (``plan`` asks with it).
     reading = messages
     first = plan(tool_choice)
     assistant = TOOL_FIRST and first.tool_mode and bool(first.tools)
-    if assistant:
-        # A search that found several notes is read as the notes the question is
-        # about (a lexical search finds every note that holds one of its words).
-        reading = answering.narrowed(messages, choose)
-        first = plan(tool_choice)
     miss = (
         answering.missed_search(messages, first.tools)
         if assistant and first.tool_choice.mode == "auto"
