@@ -556,11 +556,13 @@ def _spelled(value: float) -> set[str]:
     return {f"{value:.2f}".rstrip("0").rstrip("."), f"{value:.1f}", str(value)}
 
 
-#: A question that combines several notes' figures: a sum or a difference.
+#: A question that adds up several notes' figures. A difference is left to the
+#: model's own steps: asked for "one calculation over all of them", it added the
+#: two budgets of "by how much does … exceed …" (0 of 3; it had subtracted them
+#: step by step before).
 _COMBINES = re.compile(
-    r"(?i)\b(?:combined|together|altogether|add|adding|added|plus|sum|both|"
-    r"difference|differ|exceeds?|cheaper|minus)\b|"
-    r"加|合计|总共|一共|相加|合起来|两个|两项|相差|差多少|多多少|少多少"
+    r"(?i)\b(?:combined|together|altogether|add|adding|added|plus|sum|both)\b|"
+    r"加|合计|总共|一共|相加|合起来|两个|两项"
 )
 
 
@@ -591,12 +593,12 @@ def _plain(expression: str) -> str:
 def uncombined_calculation(
     calls: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]]
 ) -> str | None:
-    """The note to ask again with when the question combines several notes'
-    figures (a sum, a difference), this turn found two or more notes with an
-    expression, and a ``calculate`` call works out one note's alone (neither
-    its expression nor its value holds another's). The model had worked out
-    the inverted-index experiment's 500 + 240 and answered it as the combined
-    budget of both plans. None otherwise."""
+    """The note to ask again with when the question adds up several notes'
+    figures, this turn found two or more notes with an expression, and a
+    ``calculate`` call works out one note's alone (neither its expression nor
+    its value holds another's). The model had worked out the inverted-index
+    experiment's 500 + 240 and answered it as the combined budget of both
+    plans. None otherwise."""
     if not _COMBINES.search(_last_user_text(messages)):
         return None
     notes = _found_expressions(messages)
@@ -617,9 +619,8 @@ def uncombined_calculation(
         if len(covered) == 1:
             listing = "; ".join(f"{t}: {e}" for t, e in notes.items())
             return (
-                "The question combines the figures of several notes found: "
-                f"{listing}. Work out what it asks with all of them in one "
-                "calculate call."
+                "The question adds up the figures of several notes found: "
+                f"{listing}. Add them all up in one calculate call."
             )
     return None
 

@@ -661,6 +661,12 @@ def test_one_notes_figures_for_a_combination_is_asked_again():
 def test_a_single_notes_question_or_a_single_note_found_is_let_be():
     single = two_searches("What is the search experiment's budget?")
     assert answering.uncombined_calculation([calculate("500 + 240")], single) is None
+    # A difference is the model's to work out step by step: asked for one
+    # calculation over every note, it added them.
+    exceed = two_searches(
+        "By how much does the caching plan's budget exceed the search experiment's?"
+    )
+    assert answering.uncombined_calculation([calculate("500 + 240")], exceed) is None
     one = searched(COMBINED, "Redis", BUDGET_NOTES[1:])
     assert answering.uncombined_calculation([calculate("128 * 6 + 320")], one) is None
 
@@ -686,4 +692,4 @@ def test_the_handler_asks_for_one_calculation_over_every_note(monkeypatch):
     )
     [call] = result["choices"][0]["message"]["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"expression": whole}
-    assert "in one calculate call" in b"".join(llama.read).decode()
+    assert "Add them all up in one calculate call" in b"".join(llama.read).decode()
