@@ -254,9 +254,9 @@ def reach_tools_chat_handler(
         else None
     )
     if combine is not None:
-        # A sum (or difference) over several notes worked out for one of them:
-        # ask again for one calculation over all their figures.
-        logger.warning("local model: one note's figures for a combination; asked again")
+        # A sum over several notes worked out for one of them: ask again for one
+        # calculation over all their figures.
+        logger.warning("local model: one note's figures for a sum; asked again")
         reply, completion = generate(
             plan(
                 {"type": "function", "function": {"name": "calculate"}},
