@@ -1,0 +1,108 @@
+"""An import inside a function is a smell: it usually hides a cycle, and the fix
+is in the layering. A production file imports at its top, except where an import
+must wait, and each such place is named here with why:
+
+- an app's ``AppConfig.ready()``: Django loads models only after every app's
+  ``apps.py`` was read, so the receivers, slots and checks an app plugs in are
+  imported there (Django's documented place for them);
+- a dependency that is slow to import or optional, imported only by the code
+  that uses it (:data:`WAITING`).
+
+A new function-level import fails this test; so does a name here that no longer
+holds one, so the list stays the list of what the code does."""
+
+from __future__ import annotations
+
+import ast
+
+from tests.test_module_cycles import ROOT, production_files
+
+#: (file, function): the modules it imports and why they must wait.
+WAITING: dict[tuple[str, str], tuple[set[str], str]] = {
+    ("engine/model_client.py", "__init__"): (
+        {"openai", "openai.types.chat"},
+        "openai takes about 1.4 s to import; every Django process imports this "
+        "module, only one that builds a client pays",
+    ),
+    ("registry/adapters/mcp.py", "_open_client"): (
+        {"mcp", "mcp.client.stdio", "mcp.client.streamable_http"},
+        "the mcp SDK takes about 1.9 s to import; only a process that talks MCP "
+        "loads it",
+    ),
+    ("localmodel/server.py", "main"): (
+        {
+            "uvicorn",
+            "llama_cpp.server",
+            "llama_cpp.server.settings",
+            "localmodel",
+            "localmodel.prompt_cache",
+        },
+        "llama-cpp-python[server] is optional (make model installs it): without it "
+        "the server refuses to start with a hint; the handler and the prompt cache "
+        "import llama_cpp themselves",
+    ),
+    ("manage.py", "main"): (
+        {"django.core.management"},
+        "Django's own manage.py: a missing Django is reported with a hint",
+    ),
+}
+
+
+def function_imports() -> dict[tuple[str, str], set[str]]:
+    """(file, innermost function) -> the modules imported inside it."""
+    found: dict[tuple[str, str], set[str]] = {}
+
+    def visit(node: ast.AST, path: str, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = function
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                inner = child.name
+            elif function and isinstance(child, ast.Import | ast.ImportFrom):
+                names = (
+                    {a.name for a in child.names}
+                    if isinstance(child, ast.Import)
+                    else {"." * child.level + (child.module or "")}
+                )
+                found.setdefault((path, function), set()).update(names)
+            visit(child, path, inner)
+
+    for _, file, _ in production_files():
+        path = file.relative_to(ROOT).as_posix()
+        visit(ast.parse(file.read_text(encoding="utf-8"), path), path, None)
+    return found
+
+
+def in_ready(place: tuple[str, str]) -> bool:
+    path, function = place
+    return path.endswith("/apps.py") and function == "ready"
+
+
+def test_every_function_level_import_is_one_that_must_wait() -> None:
+    found = {
+        place: names
+        for place, names in function_imports().items()
+        if not in_ready(place)
+    }
+    unexplained = {}
+    for place, names in found.items():
+        waiting = WAITING.get(place, (set(), ""))[0]
+        if names - waiting:
+            unexplained[place] = sorted(names - waiting)
+    assert not unexplained, (
+        f"imports inside functions: {unexplained}; import at the top of the file, "
+        "or fix the layering that stops it"
+    )
+    stale = {
+        place
+        for place, (names, _) in WAITING.items()
+        if names - found.get(place, set())
+    }
+    assert not stale, f"named as waiting but imported at the top now: {sorted(stale)}"
+
+
+def test_ready_is_the_only_place_apps_import_late() -> None:
+    """The rule above sees apps' ``ready()``: an import there is found (the
+    walk is not blind to them), and each one is in an ``apps.py``."""
+    ready = [place for place in function_imports() if place[1] == "ready"]
+    assert ready, "no AppConfig.ready() import found: the walk is broken"
+    assert all(in_ready(place) for place in ready), ready
