@@ -25,8 +25,9 @@ from infra.processes import spawn
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The tuning suite (notes-local), the ones written apart from it (notes-unseen,
-#: notes-heldout, notes-fresh, notes-blind, notes-sealed, notes-sealed2 and
-#: notes-sealed3, each measured once before its failures were read) and the demo
+#: notes-heldout, notes-fresh, notes-blind, notes-sealed, notes-sealed2,
+#: notes-sealed3 and notes-sealed4, each measured once before its failures were
+#: read) and the demo
 #: questions three times each, the injection suite once.
 DEFAULT_SUITES = (
     "notes-local:3",
@@ -37,6 +38,7 @@ DEFAULT_SUITES = (
     "notes-sealed:3",
     "notes-sealed2:3",
     "notes-sealed3:3",
+    "notes-sealed4:3",
     "notes-demo:3",
     "injection:1",
 )
