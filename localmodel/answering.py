@@ -288,6 +288,11 @@ def invented_calculation(
     invented = {n for n in unknown if len(n) > 1}
     if not invented and not (unknown and _an_example_of(written, tools)):
         return None
+    return _search_tool(tools)
+
+
+def _search_tool(tools: Sequence[Mapping[str, Any]]) -> str | None:
+    """The name of the first offered tool that searches the notes, if any."""
     return next(
         (
             str(t["function"]["name"])
@@ -623,6 +628,54 @@ def uncombined_calculation(
                 f"{listing}. Add them all up in one calculate call."
             )
     return None
+
+
+#: A question that names two things ("the caching rework and the search
+#: experiment", 缓存改造和搜索实验, both plans).
+_NAMES_TWO = re.compile(r"(?i)\b(?:and|both)\b|[和与跟及、]|两个|两项")
+
+
+def _searches(messages: Sequence[Mapping[str, Any]]) -> int:
+    """How many of this turn's results answer a search."""
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    return sum(
+        1
+        for message in turn
+        if message.get("role") in _RESULT_ROLES
+        and _search_answered(message, calls) is not None
+    )
+
+
+def unsearched_second_note(
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+) -> tuple[str, str] | None:
+    """The search tool to call, and what to tell the model, when the question
+    adds up the figures of two things it names, the turn has searched once and
+    found one note with an expression, and the model goes to ``calculate``: it
+    had searched "search experiment budget", worked out 500 + 240 and answered
+    740 for "Add together the budgets of the caching rework and the search
+    experiment". Asked once: after a second search the notes found are what
+    there is (the other may give no figure). None otherwise."""
+    question = _last_user_text(messages)
+    if not (_COMBINES.search(question) and _NAMES_TWO.search(question)):
+        return None
+    if not any((c.get("function") or {}).get("name") == "calculate" for c in calls):
+        return None
+    notes = _found_expressions(messages)
+    if len(notes) != 1 or _searches(messages) != 1:
+        return None
+    search = _search_tool(tools)
+    if search is None:
+        return None
+    ((title, expression),) = notes.items()
+    return search, (
+        "The question adds up the figures of two things it names, and the search "
+        f"so far found one note with a figure ({title}: {expression}). Search "
+        "the notes for the other one the question names before calculating."
+    )
 
 
 def uncomputed_expression(

@@ -263,6 +263,22 @@ def reach_tools_chat_handler(
                 [*reading, {"role": "system", "content": combine}],
             )
         )
+    second = (
+        answering.unsearched_second_note(reply.tool_calls, reading, first.tools)
+        if assistant and reply.tool_calls and combine is None
+        else None
+    )
+    if second is not None:
+        # A sum of two named things, calculated after one search found one of
+        # them: ask for the search of the other first.
+        logger.warning("local model: a sum of two with one searched; asked to search")
+        search, note = second
+        reply, completion = generate(
+            plan(
+                {"type": "function", "function": {"name": search}},
+                [*reading, {"role": "system", "content": note}],
+            )
+        )
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
         if assistant and not reply.tool_calls

@@ -693,3 +693,76 @@ def test_the_handler_asks_for_one_calculation_over_every_note(monkeypatch):
     [call] = result["choices"][0]["message"]["tool_calls"]
     assert json.loads(call["function"]["arguments"]) == {"expression": whole}
     assert "Add them all up in one calculate call" in b"".join(llama.read).decode()
+
+
+# -- a sum of two named things, one of them searched ----------------------------
+
+NAMED_TWO = "Add together the budgets of the caching rework and the search experiment."
+
+
+def test_a_sum_of_two_named_with_one_found_asks_for_the_other_search():
+    """The model searched once, found the search experiment and calculated
+    its 500 + 240 for the sum of two named budgets (it answered 740)."""
+    one = searched(NAMED_TWO, "search experiment budget", BUDGET_NOTES[:1])
+    asked = answering.unsearched_second_note([calculate("500 + 240")], one, TOOLS)
+    assert asked is not None
+    search, note = asked
+    assert search == "search_notes"
+    assert "搜索实验: 500 + 240" in note and "the other one" in note
+    # In Chinese too.
+    zh = searched(
+        "缓存改造和搜索实验的预算加起来是多少？", "搜索实验", BUDGET_NOTES[:1]
+    )
+    assert answering.unsearched_second_note([calculate("500 + 240")], zh, TOOLS)
+
+
+def test_the_other_search_is_asked_once_and_only_for_a_sum_of_two():
+    sum_of_two = [calculate("500 + 240")]
+    # A second search was made: what it found is what there is.
+    twice = [
+        *searched(NAMED_TWO, "search experiment", BUDGET_NOTES[:1]),
+        *searched(NAMED_TWO, "caching rework", MISSED)[1:],
+    ]
+    twice[3]["tool_calls"][0]["id"] = twice[4]["tool_call_id"] = "s2"
+    assert answering.unsearched_second_note(sum_of_two, twice, TOOLS) is None
+    # One thing named, or no sum: nothing to search for.
+    for question in (
+        "What is the search experiment's budget?",
+        "Add up the search experiment's budget.",
+        "What are the caching rework and the search experiment about?",
+    ):
+        turn = searched(question, "search experiment", BUDGET_NOTES[:1])
+        assert answering.unsearched_second_note(sum_of_two, turn, TOOLS) is None
+    # Both found already: the one-calculation rule's case, not this one.
+    assert (
+        answering.unsearched_second_note(sum_of_two, two_searches(NAMED_TWO), TOOLS)
+        is None
+    )
+    # No calculation, or no search tool offered.
+    one = searched(NAMED_TWO, "search experiment budget", BUDGET_NOTES[:1])
+    assert answering.unsearched_second_note([], one, TOOLS) is None
+    assert answering.unsearched_second_note(sum_of_two, one, [CALCULATE]) is None
+
+
+def test_the_handler_searches_for_the_second_named_note(monkeypatch):
+    pytest.importorskip("llama_cpp")
+    from localmodel.handler import reach_tools_chat_handler
+    from tests.localmodel.test_leaks import StandInLlama
+
+    monkeypatch.setattr("localmodel.handler.TOOL_FIRST", True, raising=False)
+    llama = StandInLlama(
+        [
+            'functions.calculate:\n{"expression": "500 + 240"}',
+            'functions.search_notes:\n{"query": "caching rework"}',
+        ]
+    )
+    result = reach_tools_chat_handler(
+        llama=llama,  # type: ignore[arg-type]
+        messages=searched(NAMED_TWO, "search experiment budget", BUDGET_NOTES[:1]),
+        tools=TOOLS,
+        tool_choice="auto",
+    )
+    [call] = result["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "search_notes"
+    assert json.loads(call["function"]["arguments"]) == {"query": "caching rework"}
+    assert "Search the notes for the other one" in llama.prompts[-1].decode()
