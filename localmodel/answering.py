@@ -47,6 +47,7 @@ from localmodel.chatformat import (
     _HAN,
     _LATIN_WORD,
     _RESULT_ROLES,
+    SOURCE_LABEL,
     _numbers,
     _sole_string_parameter,
     _this_turn,
@@ -696,6 +697,64 @@ def uncomputed_expression(
         if not (_spelled(value) & {n for n in numbers}):
             return expression
     return None
+
+
+# -- the note an answer in another language is about ----------------------------
+
+#: An answer that says no note holds what was asked cites none.
+_NEGATIVE = re.compile(
+    r"(?i)\b(?:no|not|none|nothing|cannot|can't|couldn't|doesn't|don't|didn't|"
+    r"isn't|aren't)\b|没有|未|无|不"
+)
+_WORD = re.compile(r"[A-Za-z]{3,}")
+#: Words too common to tie an answer to a search.
+_COMMON = frozenset(
+    {"the", "and", "for", "with", "what", "which", "how", "much", "are", "was"}
+    | {"does", "that", "this"}
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)} - _COMMON
+
+
+def searched_source(
+    content: str | None, messages: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The line naming the note an answer is about, when the answer shares no
+    character pair with any note found (so ``chatformat.source_line`` cites
+    none) yet repeats words of a search of this turn that found that note
+    alone. An English answer about a Chinese note is such an answer: asked where
+    the notes compare an inverted index with something, the model answered that
+    "the search experiment" does, after "inverted index 倒排索引" had found
+    搜索实验 alone, and the answer named no note. None when the answer names a
+    note found, says no note holds it, or several notes would be cited."""
+    if not content or _NEGATIVE.search(content):
+        return None
+    said = _words(content)
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    titles: set[str] = set()
+    cited: set[str] = set()
+    for message in turn:
+        if message.get("role") not in _RESULT_ROLES:
+            continue
+        value = _result(message)
+        items = [
+            str(item["title"])
+            for item in (value if isinstance(value, list) else ())
+            if isinstance(item, Mapping) and isinstance(item.get("title"), str)
+        ]
+        titles.update(items)
+        call = _search_answered(message, calls)
+        if call is None or len(items) != 1:
+            continue
+        searched = " ".join(_strings(call.get("arguments")))
+        if _words(searched) & said:
+            cited.add(items[0])
+    if len(cited) != 1 or any(title in content for title in titles):
+        return None
+    return SOURCE_LABEL[asker_language(messages)] + cited.pop()
 
 
 # -- an answer wrapped as data --------------------------------------------------

@@ -335,6 +335,10 @@ def reach_tools_chat_handler(
         if TOOL_FIRST and not reply.tool_calls
         else None
     )
+    if source is None and assistant and not reply.tool_calls:
+        # An answer in another language than the note it is about shares no
+        # character with it: the note its search found alone is cited.
+        source = answering.searched_source(reply.content, messages)
     if source is not None:
         reply = chatformat.ParsedReply(
             content=f"{(reply.content or '').rstrip()}\n\n{source}",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from localmodel import answering
+from localmodel import answering, chatformat
 from tests.localmodel.test_leaks import CALCULATE, SEARCH, TICKET, TOOLS, ask
 
 RECALL = {
@@ -766,3 +766,45 @@ def test_the_handler_searches_for_the_second_named_note(monkeypatch):
     assert call["function"]["name"] == "search_notes"
     assert json.loads(call["function"]["arguments"]) == {"query": "caching rework"}
     assert "Search the notes for the other one" in llama.prompts[-1].decode()
+
+
+# -- the note an answer in another language is about ----------------------------
+
+WHERE = "Where in the notes is an inverted index compared with something else?"
+ABOUT_IT = "The search experiment compares an inverted index with vector retrieval."
+
+
+def test_an_answer_in_english_about_a_chinese_note_cites_the_note_searched():
+    """An English answer shares no character pair with the Chinese note, so the
+    bigram match cites nothing; the search that found the note alone does."""
+    turn = searched(WHERE, "inverted index 倒排索引", BUDGET_NOTES[:1])
+    assert chatformat.source_line(ABOUT_IT, turn) is None
+    assert answering.searched_source(ABOUT_IT, turn) == "Source: 搜索实验"
+
+
+def test_no_note_is_cited_for_a_no_a_named_note_or_a_search_of_several():
+    turn = searched(WHERE, "inverted index 倒排索引", BUDGET_NOTES[:1])
+    for answer in (
+        "No note compares an inverted index with anything.",
+        "The notes do not say.",
+        "搜索实验 compares an inverted index with vector retrieval.",  # named
+        "It is about caching.",  # nothing of the search
+        "",
+    ):
+        assert answering.searched_source(answer, turn) is None, answer
+    several = searched(WHERE, "inverted index", BUDGET_NOTES)
+    assert answering.searched_source(ABOUT_IT, several) is None
+    # A result that answers no search (a calculator's) ties nothing.
+    other = searched(WHERE, "inverted index", BUDGET_NOTES[:1], tool="calculate")
+    assert answering.searched_source(ABOUT_IT, other) is None
+
+
+def test_the_handler_adds_the_searched_notes_title(monkeypatch):
+    result, _ = prompted(
+        monkeypatch,
+        [f"message:\n{ABOUT_IT}"],
+        searched(WHERE, "inverted index 倒排索引", BUDGET_NOTES[:1]),
+    )
+    assert result["choices"][0]["message"]["content"] == (
+        f"{ABOUT_IT}\n\nSource: 搜索实验"
+    )
