@@ -572,8 +572,8 @@ _COMBINES = re.compile(
 )
 
 
-def _found_expressions(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The first expression of each note this turn's searches found, by title."""
+def _found_notes(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The text of each note this turn's searches found, by title."""
     turn = _this_turn(messages)
     calls = _calls_by_id(turn)
     found: dict[str, str] = {}
@@ -586,9 +586,18 @@ def _found_expressions(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
         for item in value if isinstance(value, list) else ():
             if not isinstance(item, Mapping) or not isinstance(item.get("title"), str):
                 continue
-            match = _EXPRESSION.search(" ".join(_strings_in(item.get("content"))))
-            if match and _evaluate(match.group()) is not None:
-                found.setdefault(str(item["title"]).strip(), match.group().strip())
+            text = " ".join(_strings_in(item.get("content")))
+            found.setdefault(str(item["title"]).strip(), text)
+    return found
+
+
+def _found_expressions(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The first expression of each note this turn's searches found, by title."""
+    found: dict[str, str] = {}
+    for title, text in _found_notes(messages).items():
+        match = _EXPRESSION.search(text)
+        if match and _evaluate(match.group()) is not None:
+            found[title] = match.group().strip()
     return found
 
 
@@ -676,6 +685,70 @@ def unsearched_second_note(
         "The question adds up the figures of two things it names, and the search "
         f"so far found one note with a figure ({title}: {expression}). Search "
         "the notes for the other one the question names before calculating."
+    )
+
+
+#: A question that asks for a figure: a budget, a cost, a price.
+_ASKS_FIGURE = re.compile(
+    r"(?i)\b(?:budget|budgets|cost|costs|price|spend|spent)\b|how much|"
+    r"预算|多少钱|花费|费用|成本|花多少"
+)
+
+
+def _han_pairs(text: str) -> set[str]:
+    pairs = re.sub(r"\s+", "", text)
+    return {
+        pairs[i : i + 2]
+        for i in range(len(pairs) - 1)
+        if _HAN.fullmatch(pairs[i]) and _HAN.fullmatch(pairs[i + 1])
+    }
+
+
+def figure_of_another_note(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """What to tell the model when the question asks for the figure of one
+    note it names (the only note found whose title shares a pair of Chinese
+    characters with the question), that note gives none, and the reply uses
+    another note's expression or its value: asked 日志方案花多少钱？, the model
+    had found 日志系统 (which gives no budget) beside the two budget notes, and
+    answered with the search experiment's 500 + 240. Not for a sum (the
+    one-calculation rule's), nor when the note asked about has its own figure.
+    None otherwise."""
+    question = _last_user_text(messages)
+    if not _ASKS_FIGURE.search(question) or _COMBINES.search(question):
+        return None
+    notes = _found_notes(messages)
+    asked = [title for title in notes if _han_pairs(title) & _han_pairs(question)]
+    if len(asked) != 1:
+        return None
+    subject = asked[0]
+    figures = _found_expressions(messages)
+    if subject in figures:
+        return None
+    written = " ".join(
+        [
+            content or "",
+            *(
+                " ".join(_strings((call.get("function") or {}).get("arguments")))
+                for call in calls
+            ),
+        ]
+    )
+    used = [
+        title
+        for title, expression in figures.items()
+        if _plain(expression) in _plain(written)
+        or _spelled(_evaluate(expression) or 0.0) & _numbers(written)
+    ]
+    if not used:
+        return None
+    return (
+        f"The question asks about {subject}, and that note gives no such figure: "
+        f"{subject}: {notes[subject]} The figures of {', '.join(used)} belong to "
+        f"those notes, not to {subject}. Tell the user that {subject} gives none."
     )
 
 

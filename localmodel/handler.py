@@ -201,9 +201,10 @@ def reach_tools_chat_handler(
     reading = messages
     first = plan(tool_choice)
     assistant = TOOL_FIRST and first.tool_mode and bool(first.tools)
+    auto_choice = first.tool_choice.mode == "auto"
     miss = (
         answering.missed_search(messages, first.tools)
-        if assistant and first.tool_choice.mode == "auto"
+        if assistant and auto_choice
         else None
     )
     again = search_again(miss) if miss is not None else None
@@ -279,13 +280,24 @@ def reach_tools_chat_handler(
                 [*reading, {"role": "system", "content": note}],
             )
         )
+    elsewhere = (
+        answering.figure_of_another_note(reply.content, reply.tool_calls, reading)
+        if assistant and auto_choice
+        else None
+    )
+    if elsewhere is not None:
+        # Another note's budget given for the note asked about, which has none:
+        # asked for the answer with that said.
+        logger.warning("local model: another note's figure; asked for the answer")
+        reply, completion = generate(
+            plan("none", [*reading, {"role": "system", "content": elsewhere}])
+        )
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
         if assistant and not reply.tool_calls
         else []
     )
-    auto = first.tool_choice.mode == "auto"
-    if made_up and auto:
+    if made_up and auto_choice:
         # A sum done in its head: ask again for a call (the calculator, in
         # practice); the answer then quotes the tool's result.
         logger.warning(
@@ -294,7 +306,7 @@ def reach_tools_chat_handler(
         reply, completion = generate(plan("required"))
     quoted = (
         answering.uncomputed_expression(reply.content, first.tools)
-        if assistant and auto and not reply.tool_calls
+        if assistant and auto_choice and not reply.tool_calls
         else None
     )
     if quoted is not None:
@@ -305,7 +317,7 @@ def reach_tools_chat_handler(
         )
     if (
         assistant
-        and auto
+        and auto_choice
         and reply.tool_calls
         and answering.repeats_a_call(reply.tool_calls, messages)
     ):

@@ -808,3 +808,54 @@ def test_the_handler_adds_the_searched_notes_title(monkeypatch):
     assert result["choices"][0]["message"]["content"] == (
         f"{ABOUT_IT}\n\nSource: 搜索实验"
     )
+
+
+# -- another note's figure for the note asked about ------------------------------
+
+LOGGING = {"title": "日志系统", "content": "使用文件轮转和定时归档，保留最近七天记录。"}
+LOG_COST = "日志方案花多少钱？"
+
+
+def test_another_notes_budget_for_a_note_without_one_is_caught():
+    """The logging note gives no budget; the search also found the two budget
+    notes, and the model had answered with the search experiment's."""
+    turn = searched(LOG_COST, "日志 预算", [LOGGING, *BUDGET_NOTES])
+    note = answering.figure_of_another_note(None, [calculate("500 + 240")], turn)
+    assert note is not None
+    assert "日志系统 gives none" in note and "搜索实验" in note
+    assert answering.figure_of_another_note("日志方案的预算是 740。", [], turn)
+    # Saying it has none uses no other note's figure.
+    assert answering.figure_of_another_note("日志系统没有给出预算。", [], turn) is None
+
+
+def test_a_note_with_its_own_figure_a_sum_or_no_named_note_is_let_be():
+    everything = [LOGGING, *BUDGET_NOTES]
+    for question in (
+        "向量检索那个实验的预算是多少？",  # 搜索实验 has its own
+        "缓存改造和搜索实验的预算加起来是多少？",  # a sum
+        "日志系统保留几天？",  # no figure asked
+        "How much does the logging system cost?",  # no Chinese to match a title
+        "项目的预算是多少？",  # no note named
+    ):
+        turn = searched(question, "预算", everything)
+        assert (
+            answering.figure_of_another_note(None, [calculate("500 + 240")], turn)
+            is None
+        ), question
+
+
+def test_the_handler_asks_for_the_answer_without_the_other_notes_figure(
+    monkeypatch,
+):
+    result, prompts = prompted(
+        monkeypatch,
+        [
+            'functions.calculate:\n{"expression": "500 + 240"}',
+            "message:\n日志系统没有给出预算。",
+        ],
+        searched(LOG_COST, "日志 预算", [LOGGING, *BUDGET_NOTES]),
+    )
+    assert result["choices"][0]["message"]["content"].startswith(
+        "日志系统没有给出预算。"
+    )
+    assert "Tell the user that 日志系统 gives none" in prompts[-1].decode()
