@@ -52,6 +52,11 @@ from tests.support.replies import text, tool_call
         # An action word in the condition a question is asked under.
         "If we approve both plans that have a budget, how much do we spend?",
         "如果两个方案都审批通过，一共要花多少钱？",
+        # An action word as the thing asked about, after an article or possessive.
+        "In which note are old files rotated and archived on a schedule?",
+        "What is the status of the ticket?",
+        "Is there a message from alice in the notes?",
+        "What is the budget of an open ticket?",
     ],
 )
 def test_questions_that_ask_for_no_action(message):
@@ -79,6 +84,10 @@ def test_questions_that_ask_for_no_action(message):
         "If the budget is over 1000, email ops about it.",
         "If you can, open a ticket for the slow cache?",
         "如果预算超过 1000，发邮件给 ops 好吗？",
+        # The verb asks to act, whatever its object is.
+        "Can you open the ticket?",
+        "Could you send the message to alice?",
+        "Can you schedule a meeting?",
         "",
     ],
 )
