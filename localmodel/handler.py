@@ -28,7 +28,7 @@ import llama_cpp
 from llama_cpp import llama_chat_format
 from llama_cpp.llama_grammar import LlamaGrammar
 
-from localmodel import CHAT_FORMAT, answering, chatformat
+from localmodel import CHAT_FORMAT, answering, chatformat, figures
 
 logger = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def reach_tools_chat_handler(
             plan({"type": "function", "function": {"name": instead}})
         )
     combine = (
-        answering.uncombined_calculation(reply.tool_calls, reading)
+        figures.uncombined_calculation(reply.tool_calls, reading)
         if assistant and reply.tool_calls
         else None
     )
@@ -265,7 +265,7 @@ def reach_tools_chat_handler(
             )
         )
     second = (
-        answering.unsearched_second_note(reply.tool_calls, reading, first.tools)
+        figures.unsearched_second_note(reply.tool_calls, reading, first.tools)
         if assistant and reply.tool_calls and combine is None
         else None
     )
@@ -281,7 +281,7 @@ def reach_tools_chat_handler(
             )
         )
     elsewhere = (
-        answering.figure_of_another_note(reply.content, reply.tool_calls, reading)
+        figures.figure_of_another_note(reply.content, reply.tool_calls, reading)
         if assistant and auto_choice
         else None
     )
@@ -305,7 +305,7 @@ def reach_tools_chat_handler(
         )
         reply, completion = generate(plan("required"))
     quoted = (
-        answering.uncomputed_expression(reply.content, first.tools)
+        figures.uncomputed_expression(reply.content, first.tools)
         if assistant and auto_choice and not reply.tool_calls
         else None
     )
@@ -314,6 +314,21 @@ def reach_tools_chat_handler(
         logger.warning("local model: %r not computed; asked for calculate", quoted)
         reply, completion = generate(
             plan({"type": "function", "function": {"name": "calculate"}})
+        )
+    apart = (
+        figures.uncomputed_difference(reply.content, reply.tool_calls, reading)
+        if assistant and auto_choice
+        else None
+    )
+    if apart is not None:
+        # Two figures found for a difference, and an answer without it: the
+        # calculator works it out.
+        logger.warning("local model: a difference not worked out; asked for it")
+        reply, completion = generate(
+            plan(
+                {"type": "function", "function": {"name": "calculate"}},
+                [*reading, {"role": "system", "content": apart}],
+            )
         )
     if (
         assistant
@@ -337,6 +352,19 @@ def reach_tools_chat_handler(
             reply = chatformat.ParsedReply(
                 content=answering.nothing_found(messages), tool_calls=[]
             )
+    if (
+        assistant
+        and reply.content
+        and not reply.tool_calls
+        and answering.searches_all_missed(messages)
+        and chatformat.made_up_numbers(reply.content, messages)
+    ):
+        # Every search found nothing, and the answer still gives a figure: it
+        # was made up ("set aside for $10,000"). The plain fact instead.
+        logger.warning("local model: a figure after every search missed; said plainly")
+        reply = chatformat.ParsedReply(
+            content=answering.nothing_found(messages), tool_calls=[]
+        )
     if assistant and reply.content and not reply.tool_calls and not response_format:
         # {"content": "…"} or "…" around the answer: the text inside is it.
         reply = chatformat.ParsedReply(

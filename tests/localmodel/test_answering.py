@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from localmodel import answering, chatformat
+from localmodel import answering, chatformat, figures
 from tests.localmodel.test_leaks import CALCULATE, SEARCH, TICKET, TOOLS, ask
 
 RECALL = {
@@ -173,11 +173,11 @@ def test_the_translation_grammar_allows_only_the_target_script():
     ],
 )
 def test_an_expression_without_its_value_is_found(answer, quoted):
-    assert answering.uncomputed_expression(answer, TOOLS) == quoted
+    assert figures.uncomputed_expression(answer, TOOLS) == quoted
 
 
 def test_without_a_calculator_an_expression_is_let_be():
-    assert answering.uncomputed_expression("预算是 500 + 240", [SEARCH]) is None
+    assert figures.uncomputed_expression("预算是 500 + 240", [SEARCH]) is None
 
 
 # -- the hint as the answer --------------------------------------------------------
@@ -647,28 +647,28 @@ def two_searches(question: str) -> list[dict[str, Any]]:
 
 def test_one_notes_figures_for_a_combination_is_asked_again():
     turn = two_searches(COMBINED)
-    note = answering.uncombined_calculation([calculate("500 + 240")], turn)
+    note = figures.uncombined_calculation([calculate("500 + 240")], turn)
     assert note is not None
     assert "搜索实验: 500 + 240" in note and "缓存改造: 128 * 6 + 320" in note
     # All the figures, or the values they came to, are a combination.
     for whole in ("128 * 6 + 320 + 500 + 240", "1088 + 740", "1088 - 740"):
-        assert answering.uncombined_calculation([calculate(whole)], turn) is None
+        assert figures.uncombined_calculation([calculate(whole)], turn) is None
     # In Chinese too.
     zh = two_searches("缓存改造和搜索实验的预算加起来是多少？")
-    assert answering.uncombined_calculation([calculate("128 * 6 + 320")], zh)
+    assert figures.uncombined_calculation([calculate("128 * 6 + 320")], zh)
 
 
 def test_a_single_notes_question_or_a_single_note_found_is_let_be():
     single = two_searches("What is the search experiment's budget?")
-    assert answering.uncombined_calculation([calculate("500 + 240")], single) is None
+    assert figures.uncombined_calculation([calculate("500 + 240")], single) is None
     # A difference is the model's to work out step by step: asked for one
     # calculation over every note, it added them.
     exceed = two_searches(
         "By how much does the caching plan's budget exceed the search experiment's?"
     )
-    assert answering.uncombined_calculation([calculate("500 + 240")], exceed) is None
+    assert figures.uncombined_calculation([calculate("500 + 240")], exceed) is None
     one = searched(COMBINED, "Redis", BUDGET_NOTES[1:])
-    assert answering.uncombined_calculation([calculate("128 * 6 + 320")], one) is None
+    assert figures.uncombined_calculation([calculate("128 * 6 + 320")], one) is None
 
 
 def test_the_handler_asks_for_one_calculation_over_every_note(monkeypatch):
@@ -704,7 +704,7 @@ def test_a_sum_of_two_named_with_one_found_asks_for_the_other_search():
     """The model searched once, found the search experiment and calculated
     its 500 + 240 for the sum of two named budgets (it answered 740)."""
     one = searched(NAMED_TWO, "search experiment budget", BUDGET_NOTES[:1])
-    asked = answering.unsearched_second_note([calculate("500 + 240")], one, TOOLS)
+    asked = figures.unsearched_second_note([calculate("500 + 240")], one, TOOLS)
     assert asked is not None
     search, note = asked
     assert search == "search_notes"
@@ -713,7 +713,7 @@ def test_a_sum_of_two_named_with_one_found_asks_for_the_other_search():
     zh = searched(
         "缓存改造和搜索实验的预算加起来是多少？", "搜索实验", BUDGET_NOTES[:1]
     )
-    assert answering.unsearched_second_note([calculate("500 + 240")], zh, TOOLS)
+    assert figures.unsearched_second_note([calculate("500 + 240")], zh, TOOLS)
 
 
 def test_the_other_search_is_asked_once_and_only_for_a_sum_of_two():
@@ -724,7 +724,7 @@ def test_the_other_search_is_asked_once_and_only_for_a_sum_of_two():
         *searched(NAMED_TWO, "caching rework", MISSED)[1:],
     ]
     twice[3]["tool_calls"][0]["id"] = twice[4]["tool_call_id"] = "s2"
-    assert answering.unsearched_second_note(sum_of_two, twice, TOOLS) is None
+    assert figures.unsearched_second_note(sum_of_two, twice, TOOLS) is None
     # One thing named, or no sum: nothing to search for.
     for question in (
         "What is the search experiment's budget?",
@@ -732,16 +732,16 @@ def test_the_other_search_is_asked_once_and_only_for_a_sum_of_two():
         "What are the caching rework and the search experiment about?",
     ):
         turn = searched(question, "search experiment", BUDGET_NOTES[:1])
-        assert answering.unsearched_second_note(sum_of_two, turn, TOOLS) is None
+        assert figures.unsearched_second_note(sum_of_two, turn, TOOLS) is None
     # Both found already: the one-calculation rule's case, not this one.
     assert (
-        answering.unsearched_second_note(sum_of_two, two_searches(NAMED_TWO), TOOLS)
+        figures.unsearched_second_note(sum_of_two, two_searches(NAMED_TWO), TOOLS)
         is None
     )
     # No calculation, or no search tool offered.
     one = searched(NAMED_TWO, "search experiment budget", BUDGET_NOTES[:1])
-    assert answering.unsearched_second_note([], one, TOOLS) is None
-    assert answering.unsearched_second_note(sum_of_two, one, [CALCULATE]) is None
+    assert figures.unsearched_second_note([], one, TOOLS) is None
+    assert figures.unsearched_second_note(sum_of_two, one, [CALCULATE]) is None
 
 
 def test_the_handler_searches_for_the_second_named_note(monkeypatch):
@@ -820,12 +820,12 @@ def test_another_notes_budget_for_a_note_without_one_is_caught():
     """The logging note gives no budget; the search also found the two budget
     notes, and the model had answered with the search experiment's."""
     turn = searched(LOG_COST, "日志 预算", [LOGGING, *BUDGET_NOTES])
-    note = answering.figure_of_another_note(None, [calculate("500 + 240")], turn)
+    note = figures.figure_of_another_note(None, [calculate("500 + 240")], turn)
     assert note is not None
     assert "日志系统 gives none" in note and "搜索实验" in note
-    assert answering.figure_of_another_note("日志方案的预算是 740。", [], turn)
+    assert figures.figure_of_another_note("日志方案的预算是 740。", [], turn)
     # Saying it has none uses no other note's figure.
-    assert answering.figure_of_another_note("日志系统没有给出预算。", [], turn) is None
+    assert figures.figure_of_another_note("日志系统没有给出预算。", [], turn) is None
 
 
 def test_a_note_with_its_own_figure_a_sum_or_no_named_note_is_let_be():
@@ -839,8 +839,7 @@ def test_a_note_with_its_own_figure_a_sum_or_no_named_note_is_let_be():
     ):
         turn = searched(question, "预算", everything)
         assert (
-            answering.figure_of_another_note(None, [calculate("500 + 240")], turn)
-            is None
+            figures.figure_of_another_note(None, [calculate("500 + 240")], turn) is None
         ), question
 
 
@@ -859,3 +858,118 @@ def test_the_handler_asks_for_the_answer_without_the_other_notes_figure(
         "日志系统没有给出预算。"
     )
     assert "Tell the user that 日志系统 gives none" in prompts[-1].decode()
+
+
+# -- "in total" over two named things --------------------------------------------
+
+IN_TOTAL = "What do the caching rework and the search experiment cost in total?"
+
+
+def test_in_total_over_two_named_things_is_a_sum():
+    one = searched(IN_TOTAL, "caching rework 缓存重写", BUDGET_NOTES[1:])
+    asked = figures.unsearched_second_note([calculate("128 * 6 + 320")], one, TOOLS)
+    assert asked is not None and "缓存改造: 128 * 6 + 320" in asked[1]
+    both = two_searches(IN_TOTAL)
+    assert figures.uncombined_calculation([calculate("500 + 240")], both)
+
+
+def test_a_total_of_one_thing_is_no_sum():
+    for question in (
+        "What does the caching plan cost in total?",
+        # The demo question: "and" joins two requests, the total is one note's.
+        "Which project note mentions Redis? Find its budget expression and "
+        "compute the total.",
+    ):
+        both = two_searches(question)
+        assert (
+            figures.uncombined_calculation([calculate("128 * 6 + 320")], both) is None
+        )
+        one = searched(question, "Redis", BUDGET_NOTES[1:])
+        assert (
+            figures.unsearched_second_note([calculate("128 * 6 + 320")], one, TOOLS)
+            is None
+        )
+
+
+# -- a difference of two notes' figures ------------------------------------------
+
+GAP = (
+    "What is the gap between the caching rework's budget and the search "
+    "experiment's budget?"
+)
+
+
+def test_a_difference_not_stated_is_asked_of_the_calculator():
+    """Both budgets worked out (1088 and 740), and the answer gave 740."""
+    turn = two_searches(GAP)
+    note = figures.uncomputed_difference("The gap is 740.", [], turn)
+    assert note is not None
+    assert "缓存改造: 128 * 6 + 320 = 1088" in note and "Calculate 1088 - 740" in note
+    assert figures.uncomputed_difference("The gap is 348.", [], turn) is None
+    # In Chinese, and whichever way round it is asked.
+    zh = two_searches("搜索实验比缓存改造便宜多少？")
+    assert "1088 - 740" in (figures.uncomputed_difference("便宜 740。", [], zh) or "")
+
+
+def test_a_sum_a_call_or_one_note_found_is_no_difference_to_work_out():
+    turn = two_searches(GAP)
+    assert figures.uncomputed_difference(None, [calculate("1088 - 740")], turn) is None
+    assert (
+        figures.uncomputed_difference("It is 740.", [], two_searches(COMBINED)) is None
+    )
+    one = searched(GAP, "search experiment", BUDGET_NOTES[:1])
+    assert figures.uncomputed_difference("The gap is 740.", [], one) is None
+
+
+def worked_out(
+    turn: list[dict[str, Any]], *results: tuple[str, int]
+) -> list[dict[str, Any]]:
+    """``turn`` and then a ``calculate`` call and its result for each
+    (expression, value)."""
+    for n, (expression, value) in enumerate(results):
+        call = calculate(expression, f"k{n}")
+        turn = [
+            *turn,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {
+                "role": "tool",
+                "tool_call_id": f"k{n}",
+                "content": json.dumps({"expression": expression, "result": value}),
+            },
+        ]
+    return turn
+
+
+def test_the_handler_asks_the_calculator_for_the_difference(monkeypatch):
+    """As in the trace: both budgets worked out, and the answer gave one."""
+    turn = worked_out(two_searches(GAP), ("128 * 6 + 320", 1088), ("500 + 240", 740))
+    result, prompts = prompted(
+        monkeypatch,
+        [
+            "message:\nThe gap is 740.",
+            'functions.calculate:\n{"expression": "1088 - 740"}',
+        ],
+        turn,
+    )
+    [call] = result["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"expression": "1088 - 740"}
+    assert "Calculate 1088 - 740" in prompts[-1].decode()
+
+
+# -- a figure after every search found nothing -----------------------------------
+
+
+def test_a_figure_after_every_search_missed_is_answered_plainly(monkeypatch):
+    """Two searches for the logging system found nothing (the second with a
+    translation), and the model answered "set aside for $10,000", asked again
+    for a call, repeated its search, and answered it again."""
+    asked = "How much money is set aside for the logging system?"
+    turn = [
+        *searched(asked, "logging system", MISSED),
+        *searched(asked, "logging system 森林管理", MISSED)[1:],
+    ]
+    turn[3]["tool_calls"][0]["id"] = turn[4]["tool_call_id"] = "s2"
+    made_up = "message:\nThe logging system is set aside for $10,000."
+    again = 'functions.search_notes:\n{"query": "logging system 森林管理"}'
+    result, _ = prompted(monkeypatch, [made_up, again, made_up], turn)
+    assert result["choices"][0]["message"]["content"] == answering.nothing_found(turn)

@@ -1,0 +1,344 @@
+"""The figures of the notes found: what the built-in model's handler does when
+an answer's arithmetic over them goes wrong.
+
+Pure helpers over OpenAI chat messages, beside ``localmodel.answering`` (the
+searches) and applied by ``localmodel.handler`` in assistant mode:
+
+- **An expression quoted, not computed.** An answer that holds ``500 + 240``
+  and not its value is sent back for a ``calculate`` call:
+  :func:`uncomputed_expression`.
+- **A sum over several notes is one calculation** (:func:`uncombined_calculation`),
+  and a sum of two named things of which one was searched searches the other
+  first (:func:`unsearched_second_note`).
+- **A difference of two notes' figures is worked out** when the answer does not
+  state it (:func:`uncomputed_difference`).
+- **A figure belongs to its note.** Another note's figure given for the note
+  asked about, which has none, is asked again as the answer with that said
+  (:func:`figure_of_another_note`).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from localmodel.answering import (
+    _calls_by_id,
+    _last_user_text,
+    _result,
+    _search_answered,
+    _search_tool,
+    _strings,
+    _strings_in,
+)
+from localmodel.chatformat import _HAN, _RESULT_ROLES, _numbers, _this_turn
+
+# Numbers joined by + * / × ÷ (or a minus with spaces around it: not a date).
+_EXPRESSION = re.compile(
+    r"\(?\s*\d+(?:\.\d+)?\s*\)?"
+    r"(?:(?:\s*[+*/×÷]\s*|\s+-\s+)\(?\s*\d+(?:\.\d+)?\s*\)?)+"
+)
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+
+
+def _value(node: ast.AST) -> float:
+    if isinstance(node, ast.Expression):
+        return _value(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return float(node.value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return _OPERATORS[type(node.op)](_value(node.left), _value(node.right))
+    raise ValueError("not plain arithmetic")
+
+
+def _evaluate(expression: str) -> float | None:
+    text = expression.replace("×", "*").replace("÷", "/")
+    if text.count("(") != text.count(")"):
+        text = text.replace("(", "").replace(")", "")
+    try:
+        return _value(ast.parse(text.strip(), mode="eval"))
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
+
+
+def _spelled(value: float) -> set[str]:
+    whole = round(value)
+    if abs(value - whole) < 1e-9:
+        return {str(whole), f"{whole:,}"}
+    return {f"{value:.2f}".rstrip("0").rstrip("."), f"{value:.1f}", str(value)}
+
+
+#: A question that adds up several notes' figures. A difference is left to the
+#: model's own steps: asked for "one calculation over all of them", it added the
+#: two budgets of "by how much does … exceed …" (0 of 3; it had subtracted them
+#: step by step before).
+_COMBINES = re.compile(
+    r"(?i)\b(?:combined|together|altogether|add|adding|added|plus|sum|both)\b|"
+    r"加|合计|总共|一共|相加|合起来|两个|两项"
+)
+#: A question that names two things ("the caching rework and the search
+#: experiment", 缓存改造和搜索实验, both plans).
+_NAMES_TWO = re.compile(r"(?i)\b(?:and|both)\b|[和与跟及、]|两个|两项")
+#: "In total", "the total of": a sum when the question names two things ("What
+#: do the caching rework and the search experiment cost in total?"), but not
+#: for one ("What does the caching plan cost in total?", "compute the total").
+_TOTAL = re.compile(r"(?i)\bin total\b|\btotal of\b|总计")
+
+
+def _adds_up(question: str) -> bool:
+    """True when ``question`` adds up several notes' figures."""
+    return bool(
+        _COMBINES.search(question)
+        or (_TOTAL.search(question) and _NAMES_TWO.search(question))
+    )
+
+
+def _found_notes(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The text of each note this turn's searches found, by title."""
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    found: dict[str, str] = {}
+    for message in turn:
+        if message.get("role") not in _RESULT_ROLES:
+            continue
+        if _search_answered(message, calls) is None:
+            continue
+        value = _result(message)
+        for item in value if isinstance(value, list) else ():
+            if not isinstance(item, Mapping) or not isinstance(item.get("title"), str):
+                continue
+            text = " ".join(_strings_in(item.get("content")))
+            found.setdefault(str(item["title"]).strip(), text)
+    return found
+
+
+def _found_expressions(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The first expression of each note this turn's searches found, by title."""
+    found: dict[str, str] = {}
+    for title, text in _found_notes(messages).items():
+        match = _EXPRESSION.search(text)
+        if match and _evaluate(match.group()) is not None:
+            found[title] = match.group().strip()
+    return found
+
+
+def _plain(expression: str) -> str:
+    return re.sub(r"\s+", "", expression)
+
+
+def uncombined_calculation(
+    calls: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The note to ask again with when the question adds up several notes'
+    figures, this turn found two or more notes with an expression, and a
+    ``calculate`` call works out one note's alone (neither its expression nor
+    its value holds another's). The model had worked out the inverted-index
+    experiment's 500 + 240 and answered it as the combined budget of both
+    plans. None otherwise."""
+    if not _adds_up(_last_user_text(messages)):
+        return None
+    notes = _found_expressions(messages)
+    if len(notes) < 2:
+        return None
+    for call in calls:
+        function = call.get("function") or {}
+        if function.get("name") != "calculate":
+            continue
+        written = " ".join(_strings(function.get("arguments")))
+        plain = _plain(written)
+        covered = [
+            title
+            for title, expression in notes.items()
+            if _plain(expression) in plain
+            or _spelled(_evaluate(expression) or 0.0) & _numbers(written)
+        ]
+        if len(covered) == 1:
+            listing = "; ".join(f"{t}: {e}" for t, e in notes.items())
+            return (
+                "The question adds up the figures of several notes found: "
+                f"{listing}. Add them all up in one calculate call."
+            )
+    return None
+
+
+def _searches(messages: Sequence[Mapping[str, Any]]) -> int:
+    """How many of this turn's results answer a search."""
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    return sum(
+        1
+        for message in turn
+        if message.get("role") in _RESULT_ROLES
+        and _search_answered(message, calls) is not None
+    )
+
+
+def unsearched_second_note(
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+) -> tuple[str, str] | None:
+    """The search tool to call, and what to tell the model, when the question
+    adds up the figures of two things it names, the turn has searched once and
+    found one note with an expression, and the model goes to ``calculate``: it
+    had searched "search experiment budget", worked out 500 + 240 and answered
+    740 for "Add together the budgets of the caching rework and the search
+    experiment". Asked once: after a second search the notes found are what
+    there is (the other may give no figure). None otherwise."""
+    question = _last_user_text(messages)
+    if not (_adds_up(question) and _NAMES_TWO.search(question)):
+        return None
+    if not any((c.get("function") or {}).get("name") == "calculate" for c in calls):
+        return None
+    notes = _found_expressions(messages)
+    if len(notes) != 1 or _searches(messages) != 1:
+        return None
+    search = _search_tool(tools)
+    if search is None:
+        return None
+    ((title, expression),) = notes.items()
+    return search, (
+        "The question adds up the figures of two things it names, and the search "
+        f"so far found one note with a figure ({title}: {expression}). Search "
+        "the notes for the other one the question names before calculating."
+    )
+
+
+#: A question that asks for a figure: a budget, a cost, a price.
+_ASKS_FIGURE = re.compile(
+    r"(?i)\b(?:budget|budgets|cost|costs|price|spend|spent)\b|how much|"
+    r"预算|多少钱|花费|费用|成本|花多少"
+)
+
+
+def _han_pairs(text: str) -> set[str]:
+    pairs = re.sub(r"\s+", "", text)
+    return {
+        pairs[i : i + 2]
+        for i in range(len(pairs) - 1)
+        if _HAN.fullmatch(pairs[i]) and _HAN.fullmatch(pairs[i + 1])
+    }
+
+
+def figure_of_another_note(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """What to tell the model when the question asks for the figure of one
+    note it names (the only note found whose title shares a pair of Chinese
+    characters with the question), that note gives none, and the reply uses
+    another note's expression or its value: asked 日志方案花多少钱？, the model
+    had found 日志系统 (which gives no budget) beside the two budget notes, and
+    answered with the search experiment's 500 + 240. Not for a sum (the
+    one-calculation rule's), nor when the note asked about has its own figure.
+    None otherwise."""
+    question = _last_user_text(messages)
+    if not _ASKS_FIGURE.search(question) or _adds_up(question):
+        return None
+    notes = _found_notes(messages)
+    asked = [title for title in notes if _han_pairs(title) & _han_pairs(question)]
+    if len(asked) != 1:
+        return None
+    subject = asked[0]
+    figures = _found_expressions(messages)
+    if subject in figures:
+        return None
+    written = " ".join(
+        [
+            content or "",
+            *(
+                " ".join(_strings((call.get("function") or {}).get("arguments")))
+                for call in calls
+            ),
+        ]
+    )
+    used = [
+        title
+        for title, expression in figures.items()
+        if _plain(expression) in _plain(written)
+        or _spelled(_evaluate(expression) or 0.0) & _numbers(written)
+    ]
+    if not used:
+        return None
+    return (
+        f"The question asks about {subject}, and that note gives no such figure: "
+        f"{subject}: {notes[subject]} The figures of {', '.join(used)} belong to "
+        f"those notes, not to {subject}. Tell the user that {subject} gives none."
+    )
+
+
+#: A question that asks how far apart two figures are.
+_DIFFERS = re.compile(
+    r"(?i)\b(?:difference|differ|gap|exceeds?|cheaper|costlier|more expensive)\b|"
+    r"how much (?:more|less)|相差|差额|差距|差多少|多多少|少多少|贵多少|便宜多少"
+)
+
+
+def _shown(value: float) -> str:
+    whole = round(value)
+    return str(whole) if abs(value - whole) < 1e-9 else f"{value:g}"
+
+
+def uncomputed_difference(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """What to ask the model when the question asks how far apart two notes'
+    figures are, this turn found exactly those two, and the answer does not
+    state their difference: it had worked out both budgets (1088 and 740) for
+    "What is the gap between the caching rework's budget and the search
+    experiment's budget?" and answered 740. The larger less the smaller, as
+    "gap", "cheaper" and "exceed" all ask. None otherwise."""
+    if calls or not content:
+        return None
+    question = _last_user_text(messages)
+    if not _DIFFERS.search(question) or _adds_up(question):
+        return None
+    figures = _found_expressions(messages)  # each evaluates (it was kept so)
+    if len(figures) != 2:
+        return None
+    (high, top), (low, bottom) = sorted(
+        (
+            (title, _evaluate(expression) or 0.0)
+            for title, expression in figures.items()
+        ),
+        key=lambda pair: -pair[1],
+    )
+    if _spelled(top - bottom) & _numbers(content):
+        return None
+    return (
+        "The question asks how far apart two figures found are: "
+        f"{high}: {figures[high]} = {_shown(top)}; {low}: {figures[low]} = "
+        f"{_shown(bottom)}. Calculate {_shown(top)} - {_shown(bottom)} with the "
+        "calculate tool, then answer with its result."
+    )
+
+
+def uncomputed_expression(
+    content: str | None, tools: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The first arithmetic expression of an answer whose value the answer does
+    not state, when a ``calculate`` tool is offered to compute it; else None."""
+    if not content or not any(
+        t.get("function", {}).get("name") == "calculate" for t in tools
+    ):
+        return None
+    numbers = set(re.findall(r"\d+(?:[.,]\d+)*", content))
+    for match in _EXPRESSION.finditer(content):
+        expression = match.group(0).strip()
+        value = _evaluate(expression)
+        if value is None:
+            continue
+        if not (_spelled(value) & {n for n in numbers}):
+            return expression
+    return None
