@@ -535,6 +535,11 @@ _COMMON = frozenset(
 )
 
 
+def says_none(content: str) -> bool:
+    """True when ``content`` says something is not there (no, not, 没有, 无…)."""
+    return bool(_NEGATIVE.search(content))
+
+
 def _words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)} - _COMMON
 
@@ -550,7 +555,7 @@ def searched_source(
     "the search experiment" does, after "inverted index 倒排索引" had found
     搜索实验 alone, and the answer named no note. None when the answer names a
     note found, says no note holds it, or several notes would be cited."""
-    if not content or _NEGATIVE.search(content):
+    if not content or says_none(content):
         return None
     said = _words(content)
     turn = _this_turn(messages)

@@ -27,6 +27,8 @@ from typing import Any
 
 from localmodel.answering import (
     _calls_by_id,
+    _found_nothing,
+    _known_numbers,
     _last_user_text,
     _result,
     _search_answered,
@@ -169,16 +171,19 @@ def uncombined_calculation(
     return None
 
 
-def _searches(messages: Sequence[Mapping[str, Any]]) -> int:
-    """How many of this turn's results answer a search."""
+def _one_search_found(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """True when one search of this turn found something, and it is the turn's
+    last search (the ones before it found nothing: a missed search and its
+    translation are one search to the user)."""
     turn = _this_turn(messages)
     calls = _calls_by_id(turn)
-    return sum(
-        1
+    found = [
+        _found_nothing(_result(message)) is None
         for message in turn
         if message.get("role") in _RESULT_ROLES
         and _search_answered(message, calls) is not None
-    )
+    ]
+    return sum(found) == 1 and found[-1]
 
 
 def unsearched_second_note(
@@ -187,19 +192,21 @@ def unsearched_second_note(
     tools: Sequence[Mapping[str, Any]],
 ) -> tuple[str, str] | None:
     """The search tool to call, and what to tell the model, when the question
-    adds up the figures of two things it names, the turn has searched once and
-    found one note with an expression, and the model goes to ``calculate``: it
-    had searched "search experiment budget", worked out 500 + 240 and answered
-    740 for "Add together the budgets of the caching rework and the search
-    experiment". Asked once: after a second search the notes found are what
-    there is (the other may give no figure). None otherwise."""
+    adds up the figures of two things it names, the turn's one search that
+    found something (after any that found nothing, such as a search and its
+    translation) found one note with an expression, and the model goes to
+    ``calculate``: it had searched "search experiment budget", worked out
+    500 + 240 and answered 740 for "Add together the budgets of the caching
+    rework and the search experiment". Asked once: after another search the
+    notes found are what there is (the other may give no figure). None
+    otherwise."""
     question = _last_user_text(messages)
     if not (_adds_up(question) and _NAMES_TWO.search(question)):
         return None
     if not any((c.get("function") or {}).get("name") == "calculate" for c in calls):
         return None
     notes = _found_expressions(messages)
-    if len(notes) != 1 or _searches(messages) != 1:
+    if len(notes) != 1 or not _one_search_found(messages):
         return None
     search = _search_tool(tools)
     if search is None:
@@ -279,7 +286,9 @@ def figure_of_another_note(
 #: A question that asks how far apart two figures are.
 _DIFFERS = re.compile(
     r"(?i)\b(?:difference|differ|gap|exceeds?|cheaper|costlier|more expensive)\b|"
-    r"how much (?:more|less)|相差|差额|差距|差多少|多多少|少多少|贵多少|便宜多少"
+    r"how much (?:more|less)|相差|差额|差距|差多少|多多少|少多少|贵多少|便宜多少|"
+    # 缓存改造比搜索实验多花多少钱？
+    r"比[^，。,.?？]{1,16}?(?:多|少|贵|便宜)"
 )
 
 
@@ -294,13 +303,14 @@ def uncomputed_difference(
     messages: Sequence[Mapping[str, Any]],
 ) -> str | None:
     """What to ask the model when the question asks how far apart two notes'
-    figures are, this turn found exactly those two, and the answer does not
-    state their difference: it had worked out both budgets (1088 and 740) for
-    "What is the gap between the caching rework's budget and the search
-    experiment's budget?" and answered 740. The larger less the smaller, as
-    "gap", "cheaper" and "exceed" all ask. None otherwise."""
-    if calls or not content:
-        return None
+    figures are, this turn found exactly those two, and the reply does not work
+    out their difference: an answer that does not state it (it had worked out
+    both budgets, 1088 and 740, for "What is the gap between the caching
+    rework's budget and the search experiment's budget?" and answered 740), or,
+    once both figures are worked out, a calculation of something else (asked
+    缓存改造比搜索实验多花多少钱？, it went on with 740 + 1088, 1828 - 500, … for
+    ten calls). The larger less the smaller, as "gap", "cheaper" and "exceed"
+    all ask. None otherwise."""
     question = _last_user_text(messages)
     if not _DIFFERS.search(question) or _adds_up(question):
         return None
@@ -314,13 +324,63 @@ def uncomputed_difference(
         ),
         key=lambda pair: -pair[1],
     )
-    if _spelled(top - bottom) & _numbers(content):
+    gap = top - bottom
+    if calls:
+        known = _known_numbers(messages)
+        if not (_spelled(top) & known and _spelled(bottom) & known):
+            return None  # not both worked out yet: the model is on its way
+        values = [
+            _evaluate(" ".join(_strings(function.get("arguments"))))
+            for call in calls
+            if (function := call.get("function") or {}).get("name") == "calculate"
+        ]
+        if not values or any(
+            value is not None and abs(abs(value) - gap) < 1e-9 for value in values
+        ):
+            return None
+    elif not content or _spelled(gap) & _numbers(content):
         return None
     return (
         "The question asks how far apart two figures found are: "
         f"{high}: {figures[high]} = {_shown(top)}; {low}: {figures[low]} = "
         f"{_shown(bottom)}. Calculate {_shown(top)} - {_shown(bottom)} with the "
         "calculate tool, then answer with its result."
+    )
+
+
+#: A question that asks how long something lasts or is kept.
+_ASKS_SPAN = re.compile(
+    r"(?i)\bhow (?:many|much) (?:days|weeks|months|years|hours)\b|\bhow long\b|"
+    r"多少天|几天|多久|多长时间|几个月|几周|几年"
+)
+#: A span of time, as a note would write it.
+_SPAN = re.compile(
+    r"(?i)\b(?:days?|weeks?|months?|years?|hours?)\b|天|日|周|星期|月|年|小时"
+)
+
+
+def span_not_given(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """What to tell the model when the question asks how long, its answer gives
+    a figure, and no note this turn found speaks of any span of time: the
+    figure is some other quantity. "How many days of data does the search
+    experiment keep?" was answered "740 days" (its budget), and
+    缓存改造打算保留多少天的数据？ "128天" (a factor of its budget). None
+    otherwise."""
+    if calls or not content or not _numbers(content):
+        return None
+    if not _ASKS_SPAN.search(_last_user_text(messages)):
+        return None
+    notes = _found_notes(messages)
+    if not notes or any(_SPAN.search(f"{t} {text}") for t, text in notes.items()):
+        return None
+    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
+    return (
+        f"No note found speaks of a span of time ({listing}): their figures are "
+        "not days or any other span. Tell the user the notes do not say how long."
     )
 
 

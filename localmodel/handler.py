@@ -180,6 +180,10 @@ def reach_tools_chat_handler(
             logger.warning("local model: %s", error)
         return reply, completion
 
+    def told(choice: Any, note: str) -> tuple[chatformat.ParsedReply, Any]:
+        """Asked again with ``note`` to the model after what it reads."""
+        return generate(plan(choice, [*reading, {"role": "system", "content": note}]))
+
     def search_again(miss: answering.Miss) -> tuple[chatformat.ParsedReply, Any] | None:
         """The missed search's words translated by the model, searched again."""
         asked = answering.translation_prompt(miss)
@@ -231,11 +235,7 @@ def reach_tools_chat_handler(
         if leak.call is not None:
             reply = chatformat.ParsedReply(content=None, tool_calls=[leak.call])
         else:
-            forced: Any = (
-                {"type": "function", "function": {"name": leak.name}}
-                if leak.name
-                else "required"
-            )
+            forced = _function(leak.name) if leak.name else "required"
             reply, completion = generate(plan(forced))
     instead = (
         answering.invented_calculation(reply.tool_calls, messages, first.tools)
@@ -246,9 +246,7 @@ def reach_tools_chat_handler(
         # A calculation with a figure nobody gave: the figures are in the
         # notes. Ask for the search instead.
         logger.warning("local model: a calculation from nowhere; asked for %s", instead)
-        reply, completion = generate(
-            plan({"type": "function", "function": {"name": instead}})
-        )
+        reply, completion = generate(plan(_function(instead)))
     combine = (
         figures.uncombined_calculation(reply.tool_calls, reading)
         if assistant and reply.tool_calls
@@ -258,12 +256,7 @@ def reach_tools_chat_handler(
         # A sum over several notes worked out for one of them: ask again for one
         # calculation over all their figures.
         logger.warning("local model: one note's figures for a sum; asked again")
-        reply, completion = generate(
-            plan(
-                {"type": "function", "function": {"name": "calculate"}},
-                [*reading, {"role": "system", "content": combine}],
-            )
-        )
+        reply, completion = told(_function("calculate"), combine)
     second = (
         figures.unsearched_second_note(reply.tool_calls, reading, first.tools)
         if assistant and reply.tool_calls and combine is None
@@ -274,12 +267,7 @@ def reach_tools_chat_handler(
         # them: ask for the search of the other first.
         logger.warning("local model: a sum of two with one searched; asked to search")
         search, note = second
-        reply, completion = generate(
-            plan(
-                {"type": "function", "function": {"name": search}},
-                [*reading, {"role": "system", "content": note}],
-            )
-        )
+        reply, completion = told(_function(search), note)
     elsewhere = (
         figures.figure_of_another_note(reply.content, reply.tool_calls, reading)
         if assistant and auto_choice
@@ -289,9 +277,7 @@ def reach_tools_chat_handler(
         # Another note's budget given for the note asked about, which has none:
         # asked for the answer with that said.
         logger.warning("local model: another note's figure; asked for the answer")
-        reply, completion = generate(
-            plan("none", [*reading, {"role": "system", "content": elsewhere}])
-        )
+        reply, completion = told("none", elsewhere)
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
         if assistant and not reply.tool_calls
@@ -312,9 +298,7 @@ def reach_tools_chat_handler(
     if quoted is not None:
         # "The budget is 500 + 240": the calculator works it out.
         logger.warning("local model: %r not computed; asked for calculate", quoted)
-        reply, completion = generate(
-            plan({"type": "function", "function": {"name": "calculate"}})
-        )
+        reply, completion = generate(plan(_function("calculate")))
     apart = (
         figures.uncomputed_difference(reply.content, reply.tool_calls, reading)
         if assistant and auto_choice
@@ -324,12 +308,16 @@ def reach_tools_chat_handler(
         # Two figures found for a difference, and an answer without it: the
         # calculator works it out.
         logger.warning("local model: a difference not worked out; asked for it")
-        reply, completion = generate(
-            plan(
-                {"type": "function", "function": {"name": "calculate"}},
-                [*reading, {"role": "system", "content": apart}],
-            )
-        )
+        reply, completion = told(_function("calculate"), apart)
+    span = (
+        figures.span_not_given(reply.content, reply.tool_calls, reading)
+        if assistant and auto_choice
+        else None
+    )
+    if span is not None:
+        # How long, answered with a figure no note gives as a span of time.
+        logger.warning("local model: a span no note gives; asked for the answer")
+        reply, completion = told("none", span)
     if (
         assistant
         and auto_choice
@@ -357,14 +345,20 @@ def reach_tools_chat_handler(
         and reply.content
         and not reply.tool_calls
         and answering.searches_all_missed(messages)
-        and chatformat.made_up_numbers(reply.content, messages)
     ):
-        # Every search found nothing, and the answer still gives a figure: it
-        # was made up ("set aside for $10,000"). The plain fact instead.
-        logger.warning("local model: a figure after every search missed; said plainly")
-        reply = chatformat.ParsedReply(
-            content=answering.nothing_found(messages), tool_calls=[]
-        )
+        # Every search found nothing. An answer that still gives a figure made
+        # it up ("set aside for $10,000"): the plain fact instead. One that
+        # does not say nothing was found (it described Grafana from its own
+        # knowledge) says so first.
+        plain = answering.nothing_found(messages)
+        if chatformat.made_up_numbers(reply.content, messages):
+            logger.warning("local model: a figure after every search missed")
+            reply = chatformat.ParsedReply(content=plain, tool_calls=[])
+        elif not answering.says_none(reply.content):
+            logger.warning("local model: an answer after every search missed")
+            reply = chatformat.ParsedReply(
+                content=f"{plain}\n\n{reply.content}", tool_calls=[]
+            )
     if assistant and reply.content and not reply.tool_calls and not response_format:
         # {"content": "…"} or "…" around the answer: the text inside is it.
         reply = chatformat.ParsedReply(
@@ -397,6 +391,11 @@ def reach_tools_chat_handler(
     if stream:
         return chatformat.completion_chunks(result)
     return result
+
+
+def _function(name: str) -> dict[str, Any]:
+    """The ``tool_choice`` that asks for a call of the tool ``name``."""
+    return {"type": "function", "function": {"name": name}}
 
 
 def register() -> None:

@@ -873,6 +873,25 @@ def test_in_total_over_two_named_things_is_a_sum():
     assert figures.uncombined_calculation([calculate("500 + 240")], both)
 
 
+def test_a_search_missed_then_translated_counts_as_the_one_search():
+    """As notes-sealed4 ran it: "caching rework" found nothing, its translation
+    found the caching note, and the model calculated its budget alone."""
+    turn = [
+        *searched(IN_TOTAL, "caching rework", MISSED),
+        *searched(IN_TOTAL, "caching rework 缓存重写", BUDGET_NOTES[1:])[1:],
+    ]
+    turn[3]["tool_calls"][0]["id"] = turn[4]["tool_call_id"] = "s2"
+    asked = figures.unsearched_second_note([calculate("128 * 6 + 320")], turn, TOOLS)
+    assert asked is not None
+    # The search of the other one found nothing: what was found is what there is.
+    after = [*turn, *searched(IN_TOTAL, "search experiment", MISSED)[1:]]
+    after[5]["tool_calls"][0]["id"] = after[6]["tool_call_id"] = "s3"
+    assert (
+        figures.unsearched_second_note([calculate("128 * 6 + 320")], after, TOOLS)
+        is None
+    )
+
+
 def test_a_total_of_one_thing_is_no_sum():
     for question in (
         "What does the caching plan cost in total?",
@@ -973,3 +992,85 @@ def test_a_figure_after_every_search_missed_is_answered_plainly(monkeypatch):
     again = 'functions.search_notes:\n{"query": "logging system 森林管理"}'
     result, _ = prompted(monkeypatch, [made_up, again, made_up], turn)
     assert result["choices"][0]["message"]["content"] == answering.nothing_found(turn)
+
+
+def test_once_both_figures_are_worked_out_another_calculation_is_the_difference():
+    """Asked 缓存改造比搜索实验多花多少钱？, the model worked out both budgets and
+    then went on adding and subtracting them for ten calls."""
+    question = "缓存改造比搜索实验多花多少钱？"
+    both = worked_out(
+        two_searches(question), ("500 + 240", 740), ("128 * 6 + 320", 1088)
+    )
+    note = figures.uncomputed_difference(None, [calculate("740 + 1088")], both)
+    assert note is not None and "Calculate 1088 - 740" in note
+    # The difference itself, either way round, or in one expression, is let be.
+    for expression in ("1088 - 740", "740 - 1088", "128 * 6 + 320 - (500 + 240)"):
+        assert (
+            figures.uncomputed_difference(None, [calculate(expression)], both) is None
+        )
+    # Before both are worked out, the model is on its way.
+    one = worked_out(two_searches(question), ("500 + 240", 740))
+    assert (
+        figures.uncomputed_difference(None, [calculate("128 * 6 + 320")], one) is None
+    )
+
+
+# -- a span of time no note gives ------------------------------------------------
+
+
+def test_how_long_answered_with_a_figure_no_note_gives_as_a_span_is_caught():
+    for question, answer in (
+        ("How many days of data does the search experiment keep?", "740 days."),
+        ("缓存改造打算保留多少天的数据？", "缓存改造打算保留128天的数据。"),
+    ):
+        turn = searched(question, "搜索实验 缓存改造", BUDGET_NOTES)
+        note = figures.span_not_given(answer, [], turn)
+        assert note is not None and "do not say how long" in note, question
+
+
+def test_how_long_with_a_note_that_gives_a_span_or_no_figure_is_let_be():
+    kept = searched("日志会保留多少天？", "日志", [LOGGING])
+    assert figures.span_not_given("日志保留 7 天。", [], kept) is None
+    budgets = searched("How long is the search experiment?", "搜索实验", BUDGET_NOTES)
+    assert figures.span_not_given("The notes do not say.", [], budgets) is None
+    assert figures.span_not_given(None, [calculate("500 + 240")], budgets) is None
+    # Not a question of how long.
+    cost = searched("What is the search experiment's budget?", "搜索实验", BUDGET_NOTES)
+    assert figures.span_not_given("740.", [], cost) is None
+
+
+def test_the_handler_asks_for_the_answer_when_no_note_gives_the_span(monkeypatch):
+    turn = searched("缓存改造打算保留多少天的数据？", "缓存改造", BUDGET_NOTES[1:])
+    result, prompts = prompted(
+        monkeypatch,
+        [
+            "message:\n缓存改造打算保留128天的数据。",
+            "message:\n笔记里没有提到保留多少天。",
+        ],
+        turn,
+    )
+    assert result["choices"][0]["message"]["content"].startswith("笔记里没有提到")
+    assert "do not say how long" in prompts[-1].decode()
+
+
+# -- an answer after every search found nothing ----------------------------------
+
+
+def test_an_answer_that_does_not_say_nothing_was_found_says_so_first(monkeypatch):
+    """After two searches for Grafana found nothing, the model described
+    Grafana from what it knows."""
+    asked = "Is Grafana mentioned in any note?"
+    turn = [
+        *searched(asked, "Grafana", MISSED),
+        *searched(asked, "Grafana 监控工具", MISSED)[1:],
+    ]
+    turn[3]["tool_calls"][0]["id"] = turn[4]["tool_call_id"] = "s2"
+    general = "Grafana 是一个用于监控和可视化数据的开源工具。"
+    result, _ = prompted(monkeypatch, [f"message:\n{general}"], turn)
+    assert result["choices"][0]["message"]["content"] == (
+        f"{answering.nothing_found(turn)}\n\n{general}"
+    )
+    # An answer that says so is left as it is.
+    said = "Sorry, I can't find any note that mentions Grafana."
+    result, _ = prompted(monkeypatch, [f"message:\n{said}"], turn)
+    assert result["choices"][0]["message"]["content"] == said
