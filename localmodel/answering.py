@@ -520,6 +520,48 @@ def nothing_found(messages: Sequence[Mapping[str, Any]]) -> str:
     return _NOTHING_FOUND[asker_language(messages)]
 
 
+def found_notes(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The text of each note this turn's searches found, by title."""
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    found: dict[str, str] = {}
+    for message in turn:
+        if message.get("role") not in _RESULT_ROLES:
+            continue
+        if _search_answered(message, calls) is None:
+            continue
+        value = _result(message)
+        for item in value if isinstance(value, list) else ():
+            if not isinstance(item, Mapping) or not isinstance(item.get("title"), str):
+                continue
+            text = " ".join(_strings_in(item.get("content")))
+            found.setdefault(str(item["title"]).strip(), text)
+    return found
+
+
+def error_as_answer(
+    content: str | None, messages: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """What to tell the model when its answer is an error object it wrote
+    itself while this turn's searches found notes: after two searches found
+    the logging note, it answered ``{"error": "No notes found for the keyword
+    '日志系统 日志保留时间'…"}`` (3 of 3). None otherwise."""
+    try:
+        value = json.loads((content or "").strip())
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or "error" not in value:
+        return None
+    notes = found_notes(messages)
+    if not notes:
+        return None
+    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
+    return (
+        f"The searches found these notes: {listing}. Answer the user's question "
+        "from them in plain words, not as data."
+    )
+
+
 # -- the note an answer in another language is about ----------------------------
 
 #: An answer that says no note holds what was asked cites none.

@@ -34,7 +34,7 @@ from localmodel.answering import (
     _search_answered,
     _search_tool,
     _strings,
-    _strings_in,
+    found_notes,
 )
 from localmodel.chatformat import _HAN, _RESULT_ROLES, _numbers, _this_turn
 
@@ -86,9 +86,18 @@ _COMBINES = re.compile(
     r"(?i)\b(?:combined|together|altogether|add|adding|added|plus|sum|both)\b|"
     r"加|合计|总共|一共|相加|合起来|两个|两项"
 )
+#: A question that asks how far apart two figures are.
+_DIFFERS = re.compile(
+    r"(?i)\b(?:difference|differ|gap|exceeds?|cheaper|costlier|more expensive)\b|"
+    r"how much (?:more|less)|相差|差额|差距|差多少|多多少|少多少|贵多少|便宜多少|"
+    # 缓存改造比搜索实验多花多少钱？
+    r"比[^，。,.?？]{1,16}?(?:多|少|贵|便宜)"
+)
 #: A question that names two things ("the caching rework and the search
 #: experiment", 缓存改造和搜索实验, both plans).
-_NAMES_TWO = re.compile(r"(?i)\b(?:and|both)\b|[和与跟及、]|两个|两项")
+_NAMES_TWO = re.compile(
+    r"(?i)\b(?:and|both|than)\b|\badd\b[^.?!]*\bto\b|[和与跟及、比]|两个|两项"
+)
 #: "In total", "the total of": a sum when the question names two things ("What
 #: do the caching rework and the search experiment cost in total?"), but not
 #: for one ("What does the caching plan cost in total?", "compute the total").
@@ -103,29 +112,10 @@ def _adds_up(question: str) -> bool:
     )
 
 
-def _found_notes(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The text of each note this turn's searches found, by title."""
-    turn = _this_turn(messages)
-    calls = _calls_by_id(turn)
-    found: dict[str, str] = {}
-    for message in turn:
-        if message.get("role") not in _RESULT_ROLES:
-            continue
-        if _search_answered(message, calls) is None:
-            continue
-        value = _result(message)
-        for item in value if isinstance(value, list) else ():
-            if not isinstance(item, Mapping) or not isinstance(item.get("title"), str):
-                continue
-            text = " ".join(_strings_in(item.get("content")))
-            found.setdefault(str(item["title"]).strip(), text)
-    return found
-
-
 def _found_expressions(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The first expression of each note this turn's searches found, by title."""
     found: dict[str, str] = {}
-    for title, text in _found_notes(messages).items():
+    for title, text in found_notes(messages).items():
         match = _EXPRESSION.search(text)
         if match and _evaluate(match.group()) is not None:
             found[title] = match.group().strip()
@@ -201,7 +191,8 @@ def unsearched_second_note(
     notes found are what there is (the other may give no figure). None
     otherwise."""
     question = _last_user_text(messages)
-    if not (_adds_up(question) and _NAMES_TWO.search(question)):
+    combines = _adds_up(question) or _DIFFERS.search(question)
+    if not (combines and _NAMES_TWO.search(question)):
         return None
     if not any((c.get("function") or {}).get("name") == "calculate" for c in calls):
         return None
@@ -213,7 +204,7 @@ def unsearched_second_note(
         return None
     ((title, expression),) = notes.items()
     return search, (
-        "The question adds up the figures of two things it names, and the search "
+        "The question combines the figures of two things it names, and the search "
         f"so far found one note with a figure ({title}: {expression}). Search "
         "the notes for the other one the question names before calculating."
     )
@@ -251,7 +242,7 @@ def figure_of_another_note(
     question = _last_user_text(messages)
     if not _ASKS_FIGURE.search(question) or _adds_up(question):
         return None
-    notes = _found_notes(messages)
+    notes = found_notes(messages)
     asked = [title for title in notes if _han_pairs(title) & _han_pairs(question)]
     if len(asked) != 1:
         return None
@@ -281,15 +272,6 @@ def figure_of_another_note(
         f"{subject}: {notes[subject]} The figures of {', '.join(used)} belong to "
         f"those notes, not to {subject}. Tell the user that {subject} gives none."
     )
-
-
-#: A question that asks how far apart two figures are.
-_DIFFERS = re.compile(
-    r"(?i)\b(?:difference|differ|gap|exceeds?|cheaper|costlier|more expensive)\b|"
-    r"how much (?:more|less)|相差|差额|差距|差多少|多多少|少多少|贵多少|便宜多少|"
-    # 缓存改造比搜索实验多花多少钱？
-    r"比[^，。,.?？]{1,16}?(?:多|少|贵|便宜)"
-)
 
 
 def _shown(value: float) -> str:
@@ -374,7 +356,7 @@ def span_not_given(
         return None
     if not _ASKS_SPAN.search(_last_user_text(messages)):
         return None
-    notes = _found_notes(messages)
+    notes = found_notes(messages)
     if not notes or any(_SPAN.search(f"{t} {text}") for t, text in notes.items()):
         return None
     listing = "; ".join(f"{title}: {text}" for title, text in notes.items())

@@ -184,6 +184,34 @@ def reach_tools_chat_handler(
         """Asked again with ``note`` to the model after what it reads."""
         return generate(plan(choice, [*reading, {"role": "system", "content": note}]))
 
+    def over_figures(
+        reply: chatformat.ParsedReply, completion: Any
+    ) -> tuple[chatformat.ParsedReply, Any]:
+        """``reply`` held to the rules about the notes' figures (each asks
+        again with a note on what went wrong)."""
+        if not (assistant and auto_choice):
+            return reply, completion
+        elsewhere = figures.figure_of_another_note(
+            reply.content, reply.tool_calls, reading
+        )
+        if elsewhere is not None:
+            # Another note's budget given for the note asked about, which has
+            # none: asked for the answer with that said.
+            logger.warning("local model: another note's figure; asked for the answer")
+            reply, completion = told("none", elsewhere)
+        apart = figures.uncomputed_difference(reply.content, reply.tool_calls, reading)
+        if apart is not None:
+            # Two figures found for a difference, and a reply without it: the
+            # calculator works it out.
+            logger.warning("local model: a difference not worked out; asked for it")
+            reply, completion = told(_function("calculate"), apart)
+        span = figures.span_not_given(reply.content, reply.tool_calls, reading)
+        if span is not None:
+            # How long, answered with a figure no note gives as a span of time.
+            logger.warning("local model: a span no note gives; asked for the answer")
+            reply, completion = told("none", span)
+        return reply, completion
+
     def search_again(miss: answering.Miss) -> tuple[chatformat.ParsedReply, Any] | None:
         """The missed search's words translated by the model, searched again."""
         asked = answering.translation_prompt(miss)
@@ -268,16 +296,6 @@ def reach_tools_chat_handler(
         logger.warning("local model: a sum of two with one searched; asked to search")
         search, note = second
         reply, completion = told(_function(search), note)
-    elsewhere = (
-        figures.figure_of_another_note(reply.content, reply.tool_calls, reading)
-        if assistant and auto_choice
-        else None
-    )
-    if elsewhere is not None:
-        # Another note's budget given for the note asked about, which has none:
-        # asked for the answer with that said.
-        logger.warning("local model: another note's figure; asked for the answer")
-        reply, completion = told("none", elsewhere)
     made_up = (
         chatformat.made_up_numbers(reply.content, messages)
         if assistant and not reply.tool_calls
@@ -299,34 +317,18 @@ def reach_tools_chat_handler(
         # "The budget is 500 + 240": the calculator works it out.
         logger.warning("local model: %r not computed; asked for calculate", quoted)
         reply, completion = generate(plan(_function("calculate")))
-    apart = (
-        figures.uncomputed_difference(reply.content, reply.tool_calls, reading)
-        if assistant and auto_choice
-        else None
-    )
-    if apart is not None:
-        # Two figures found for a difference, and an answer without it: the
-        # calculator works it out.
-        logger.warning("local model: a difference not worked out; asked for it")
-        reply, completion = told(_function("calculate"), apart)
-    span = (
-        figures.span_not_given(reply.content, reply.tool_calls, reading)
-        if assistant and auto_choice
-        else None
-    )
-    if span is not None:
-        # How long, answered with a figure no note gives as a span of time.
-        logger.warning("local model: a span no note gives; asked for the answer")
-        reply, completion = told("none", span)
+    reply, completion = over_figures(reply, completion)
     if (
         assistant
         and auto_choice
         and reply.tool_calls
         and answering.repeats_a_call(reply.tool_calls, messages)
     ):
-        # A call this turn already made: its result is above. Ask for the answer.
+        # A call this turn already made: its result is above. Ask for the
+        # answer, which is then held to the same rules as any answer (most
+        # answers of a turn with figures come this way).
         logger.warning("local model: a call made again; asked for the answer")
-        reply, completion = generate(plan("none"))
+        reply, completion = over_figures(*generate(plan("none")))
     if (
         assistant
         and not reply.tool_calls
@@ -359,6 +361,15 @@ def reach_tools_chat_handler(
             reply = chatformat.ParsedReply(
                 content=f"{plain}\n\n{reply.content}", tool_calls=[]
             )
+    wrote_error = (
+        answering.error_as_answer(reply.content, messages)
+        if assistant and not reply.tool_calls and not response_format
+        else None
+    )
+    if wrote_error is not None:
+        # An error object of its own making as the answer, with notes found.
+        logger.warning("local model: an error object as the answer; asked again")
+        reply, completion = told("none", wrote_error)
     if assistant and reply.content and not reply.tool_calls and not response_format:
         # {"content": "…"} or "…" around the answer: the text inside is it.
         reply = chatformat.ParsedReply(

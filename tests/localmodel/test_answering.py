@@ -1074,3 +1074,80 @@ def test_an_answer_that_does_not_say_nothing_was_found_says_so_first(monkeypatch
     said = "Sorry, I can't find any note that mentions Grafana."
     result, _ = prompted(monkeypatch, [f"message:\n{said}"], turn)
     assert result["choices"][0]["message"]["content"] == said
+
+
+# -- notes-sealed6's misses ------------------------------------------------------
+
+
+def test_a_comparison_or_an_add_to_of_two_named_things_searches_both():
+    """ "How much more … than …" searched one and answered its 740; "add …
+    to …" named two without an "and"."""
+    for question, found, expression in (
+        (
+            "How much more does the caching rework cost than the search experiment?",
+            BUDGET_NOTES[:1],
+            "500 + 240",
+        ),
+        (
+            "If you add the Redis plan's budget to the search experiment's, what do "
+            "you get?",
+            BUDGET_NOTES[1:],
+            "128 * 6 + 320",
+        ),
+    ):
+        turn = searched(question, "one of them", found)
+        asked = figures.unsearched_second_note([calculate(expression)], turn, TOOLS)
+        assert asked is not None, question
+
+
+def test_a_made_up_error_object_as_the_answer_is_asked_again():
+    """After two searches found the logging note, the model answered with an
+    error object of its own."""
+    turn = searched("How long do the notes say logs are retained?", "日志", [LOGGING])
+    written = '{"error": "No notes found for the keyword \'logs retention\'."}'
+    note = answering.error_as_answer(written, turn)
+    assert note is not None and "保留最近七天记录" in note
+    assert answering.error_as_answer("Logs are kept for seven days.", turn) is None
+    assert (
+        answering.error_as_answer('{"error": "x"}', searched("?", "日志", MISSED))
+        is None
+    )
+
+
+def test_the_handler_asks_again_for_an_error_object_answer(monkeypatch):
+    turn = searched("How long do the notes say logs are retained?", "日志", [LOGGING])
+    written = '{"error": "No notes found for the keyword \'logs retention\'."}'
+    result, prompts = prompted(
+        monkeypatch,
+        [f"message:\n{written}", "message:\nThe logs are kept for seven days."],
+        turn,
+    )
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The logs are kept for seven days."
+    )
+    assert "not as data" in prompts[-1].decode()
+
+
+def test_an_answer_asked_for_after_a_repeated_call_is_held_to_the_figure_rules(
+    monkeypatch,
+):
+    """Most answers of a turn with figures come after a call made again: the
+    span answered with the caching budget came that way."""
+    question = "How long does the caching rework keep cached entries?"
+    turn = worked_out(
+        searched(question, "caching rework 缓存重做", BUDGET_NOTES[1:]),
+        ("128 * 6 + 320", 1088),
+    )
+    result, prompts = prompted(
+        monkeypatch,
+        [
+            'functions.calculate:\n{"expression": "128 * 6 + 320"}',
+            "message:\n缓存改造的预算表达式为 128 * 6 + 320，计算结果是 1088。",
+            "message:\nThe notes do not say how long cached entries are kept.",
+        ],
+        turn,
+    )
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes do not say how long"
+    )
+    assert "do not say how long" in prompts[-1].decode()
