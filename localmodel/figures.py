@@ -23,6 +23,7 @@ import ast
 import operator
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from localmodel.answering import (
@@ -35,8 +36,15 @@ from localmodel.answering import (
     _search_tool,
     _strings,
     found_notes,
+    says_none,
 )
-from localmodel.chatformat import _HAN, _RESULT_ROLES, _numbers, _this_turn
+from localmodel.chatformat import (
+    _HAN,
+    _RESULT_ROLES,
+    _numbers,
+    _this_turn,
+    asker_language,
+)
 
 # Numbers joined by + * / × ÷ (or a minus with spaces around it: not a date).
 _EXPRESSION = re.compile(
@@ -226,19 +234,30 @@ def _han_pairs(text: str) -> set[str]:
     }
 
 
+@dataclass(frozen=True)
+class Misread:
+    """A reply that gives the notes a figure they do not hold: what to tell the
+    model, and the plain answer to give if, told, it answers the same way (the
+    model had answered with the same budget after being told, 3 of 3)."""
+
+    note: str
+    plain: str
+
+
 def figure_of_another_note(
     content: str | None,
     calls: Sequence[Mapping[str, Any]],
     messages: Sequence[Mapping[str, Any]],
-) -> str | None:
+) -> Misread | None:
     """What to tell the model when the question asks for the figure of one
     note it names (the only note found whose title shares a pair of Chinese
     characters with the question), that note gives none, and the reply uses
     another note's expression or its value: asked 日志方案花多少钱？, the model
     had found 日志系统 (which gives no budget) beside the two budget notes, and
-    answered with the search experiment's 500 + 240. Not for a sum (the
-    one-calculation rule's), nor when the note asked about has its own figure.
-    None otherwise."""
+    answered with the search experiment's 500 + 240. So does an answer that
+    does not say the note gives none ("日志系统的预算是文件轮转和定时归档…"). Not
+    for a sum (the one-calculation rule's), nor when the note asked about has
+    its own figure. None otherwise."""
     question = _last_user_text(messages)
     if not _ASKS_FIGURE.search(question) or _adds_up(question):
         return None
@@ -265,13 +284,35 @@ def figure_of_another_note(
         if _plain(expression) in _plain(written)
         or _spelled(_evaluate(expression) or 0.0) & _numbers(written)
     ]
-    if not used:
+    answered_as_if = not calls and bool(content) and not says_none(content or "")
+    if not used and not answered_as_if:
         return None
-    return (
-        f"The question asks about {subject}, and that note gives no such figure: "
-        f"{subject}: {notes[subject]} The figures of {', '.join(used)} belong to "
-        f"those notes, not to {subject}. Tell the user that {subject} gives none."
+    others = (
+        f"The figures of {', '.join(used)} belong to those notes, not to {subject}. "
+        if used
+        else ""
     )
+    return Misread(
+        note=(
+            f"The question asks about {subject}, and that note gives no such "
+            f"figure: {subject}: {notes[subject]} {others}Tell the user that "
+            f"{subject} gives none."
+        ),
+        plain=_NO_SUCH_FIGURE[asker_language(messages)].format(subject=subject),
+    )
+
+
+_NO_SUCH_FIGURE = {
+    "zh": "笔记里没有{subject}的这项数字：{subject}这条笔记没有给出。",
+    "en": "The notes give no such figure for {subject}: that note does not say.",
+}
+_NO_SPAN = {
+    "zh": "笔记里没有提到时长：找到的笔记（{titles}）没有说多久。",
+    "en": (
+        "The notes do not say how long: the notes found ({titles}) give no span "
+        "of time."
+    ),
+}
 
 
 def _shown(value: float) -> str:
@@ -345,7 +386,7 @@ def span_not_given(
     content: str | None,
     calls: Sequence[Mapping[str, Any]],
     messages: Sequence[Mapping[str, Any]],
-) -> str | None:
+) -> Misread | None:
     """What to tell the model when the question asks how long, its answer gives
     a figure, and no note this turn found speaks of any span of time: the
     figure is some other quantity. "How many days of data does the search
@@ -360,9 +401,13 @@ def span_not_given(
     if not notes or any(_SPAN.search(f"{t} {text}") for t, text in notes.items()):
         return None
     listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
-    return (
-        f"No note found speaks of a span of time ({listing}): their figures are "
-        "not days or any other span. Tell the user the notes do not say how long."
+    return Misread(
+        note=(
+            f"No note found speaks of a span of time ({listing}): their figures "
+            "are not days or any other span. Tell the user the notes do not say "
+            "how long."
+        ),
+        plain=_NO_SPAN[asker_language(messages)].format(titles="、".join(notes)),
     )
 
 

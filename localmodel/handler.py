@@ -191,25 +191,24 @@ def reach_tools_chat_handler(
         again with a note on what went wrong)."""
         if not (assistant and auto_choice):
             return reply, completion
-        elsewhere = figures.figure_of_another_note(
-            reply.content, reply.tool_calls, reading
-        )
-        if elsewhere is not None:
-            # Another note's budget given for the note asked about, which has
-            # none: asked for the answer with that said.
-            logger.warning("local model: another note's figure; asked for the answer")
-            reply, completion = told("none", elsewhere)
+        for rule in (figures.figure_of_another_note, figures.span_not_given):
+            # A figure the note asked about does not give (another note's
+            # budget, a budget as a span of time): asked for the answer with
+            # that said, and answered plainly if the model says it again.
+            misread = rule(reply.content, reply.tool_calls, reading)
+            if misread is None:
+                continue
+            logger.warning("local model: %s; asked for the answer", rule.__name__)
+            reply, completion = told("none", misread.note)
+            if rule(reply.content, reply.tool_calls, reading) is not None:
+                logger.warning("local model: %s again; answered plainly", rule.__name__)
+                reply = chatformat.ParsedReply(content=misread.plain, tool_calls=[])
         apart = figures.uncomputed_difference(reply.content, reply.tool_calls, reading)
         if apart is not None:
             # Two figures found for a difference, and a reply without it: the
             # calculator works it out.
             logger.warning("local model: a difference not worked out; asked for it")
             reply, completion = told(_function("calculate"), apart)
-        span = figures.span_not_given(reply.content, reply.tool_calls, reading)
-        if span is not None:
-            # How long, answered with a figure no note gives as a span of time.
-            logger.warning("local model: a span no note gives; asked for the answer")
-            reply, completion = told("none", span)
         return reply, completion
 
     def search_again(miss: answering.Miss) -> tuple[chatformat.ParsedReply, Any] | None:

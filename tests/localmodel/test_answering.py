@@ -820,11 +820,15 @@ def test_another_notes_budget_for_a_note_without_one_is_caught():
     """The logging note gives no budget; the search also found the two budget
     notes, and the model had answered with the search experiment's."""
     turn = searched(LOG_COST, "日志 预算", [LOGGING, *BUDGET_NOTES])
-    note = figures.figure_of_another_note(None, [calculate("500 + 240")], turn)
-    assert note is not None
-    assert "日志系统 gives none" in note and "搜索实验" in note
+    misread = figures.figure_of_another_note(None, [calculate("500 + 240")], turn)
+    assert misread is not None
+    assert "日志系统 gives none" in misread.note and "搜索实验" in misread.note
+    assert misread.plain == "笔记里没有日志系统的这项数字：日志系统这条笔记没有给出。"
     assert figures.figure_of_another_note("日志方案的预算是 740。", [], turn)
-    # Saying it has none uses no other note's figure.
+    # An answer as if the note gave one, with no figure of another note.
+    as_if = "日志系统的预算是文件轮转和定时归档，保留最近七天记录。"
+    assert figures.figure_of_another_note(as_if, [], turn)
+    # Saying it has none is right.
     assert figures.figure_of_another_note("日志系统没有给出预算。", [], turn) is None
 
 
@@ -1024,8 +1028,9 @@ def test_how_long_answered_with_a_figure_no_note_gives_as_a_span_is_caught():
         ("缓存改造打算保留多少天的数据？", "缓存改造打算保留128天的数据。"),
     ):
         turn = searched(question, "搜索实验 缓存改造", BUDGET_NOTES)
-        note = figures.span_not_given(answer, [], turn)
-        assert note is not None and "do not say how long" in note, question
+        misread = figures.span_not_given(answer, [], turn)
+        assert misread is not None, question
+        assert "do not say how long" in misread.note, question
 
 
 def test_how_long_with_a_note_that_gives_a_span_or_no_figure_is_let_be():
@@ -1151,3 +1156,30 @@ def test_an_answer_asked_for_after_a_repeated_call_is_held_to_the_figure_rules(
         "The notes do not say how long"
     )
     assert "do not say how long" in prompts[-1].decode()
+
+
+def test_a_figure_said_again_after_being_told_is_answered_plainly(monkeypatch):
+    """Told that the logging note gives no budget, the model said the same
+    again; the answer is then the plain fact."""
+    turn = searched("日志系统的预算是多少？", "日志系统", [LOGGING])
+    as_if = "message:\n日志系统的预算是文件轮转和定时归档，保留最近七天记录。"
+    result, prompts = prompted(monkeypatch, [as_if, as_if], turn)
+    assert result["choices"][0]["message"]["content"].startswith(
+        "笔记里没有日志系统的这项数字"
+    )
+    assert "Tell the user that 日志系统 gives none" in prompts[-1].decode()
+    # Told, and answered rightly: that answer stands.
+    result, _ = prompted(monkeypatch, [as_if, "message:\n日志系统没有给出预算。"], turn)
+    assert result["choices"][0]["message"]["content"].startswith(
+        "日志系统没有给出预算。"
+    )
+
+
+def test_a_span_said_again_after_being_told_is_answered_plainly(monkeypatch):
+    asked = "How long will the search experiment run?"
+    turn = worked_out(searched(asked, "搜索实验", BUDGET_NOTES[:1]), ("500 + 240", 740))
+    budget = "message:\n搜索实验的预算表达式为 500 + 240，计算结果是 740。"
+    result, _ = prompted(monkeypatch, [budget, budget], turn)
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes do not say how long: the notes found (搜索实验)"
+    )
