@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 from django.contrib.admin import apps as admin_apps
+from django.core import checks
 
 
 class AccountsConfig(AppConfig):
@@ -12,7 +13,6 @@ class AccountsConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, once every model is loaded (as every app's ``ready``).
         from axes.signals import user_locked_out
-        from django.core import checks
 
         from accounts.checks import check_required_roles
         from accounts.services import audit_lockout

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+from infra import mail
+
 
 class EffectsConfig(AppConfig):
     name = "effects"
@@ -11,7 +13,6 @@ class EffectsConfig(AppConfig):
         # The built-in tools register their handlers with the registry on import.
         from effects import builtins  # noqa: F401
         from effects.services import queue_email
-        from infra import mail
 
         # The outbox that approvals mails approvers through.
         mail.outbox.fill(queue_email)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 
 
 class GuardrailsConfig(AppConfig):
@@ -9,8 +10,6 @@ class GuardrailsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django.db.models.signals import post_delete, post_save
-
         from guardrails import services
         from guardrails.models import Guardrail
         from runs import ports

@@ -5,13 +5,14 @@ import importlib
 from django.apps import AppConfig
 from django.conf import settings
 
+from infra import runtime
+
 
 class RegistryConfig(AppConfig):
     name = "registry"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from infra import runtime
         from registry import versions
         from registry.secrets import secret_values
 
