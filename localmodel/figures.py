@@ -41,6 +41,7 @@ from localmodel.answering import (
 from localmodel.chatformat import (
     _HAN,
     _RESULT_ROLES,
+    _bigrams,
     _numbers,
     _this_turn,
     asker_language,
@@ -130,6 +131,11 @@ def _found_expressions(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return found
 
 
+def _written(call: Mapping[str, Any]) -> str:
+    """The string arguments of a call, as one text."""
+    return " ".join(_strings((call.get("function") or {}).get("arguments")))
+
+
 def _plain(expression: str) -> str:
     return re.sub(r"\s+", "", expression)
 
@@ -152,7 +158,7 @@ def uncombined_calculation(
         function = call.get("function") or {}
         if function.get("name") != "calculate":
             continue
-        written = " ".join(_strings(function.get("arguments")))
+        written = _written(call)
         plain = _plain(written)
         covered = [
             title
@@ -226,12 +232,8 @@ _ASKS_FIGURE = re.compile(
 
 
 def _han_pairs(text: str) -> set[str]:
-    pairs = re.sub(r"\s+", "", text)
-    return {
-        pairs[i : i + 2]
-        for i in range(len(pairs) - 1)
-        if _HAN.fullmatch(pairs[i]) and _HAN.fullmatch(pairs[i + 1])
-    }
+    """The pairs of Chinese characters side by side in ``text``."""
+    return {pair for pair in _bigrams(text) if all(map(_HAN.fullmatch, pair))}
 
 
 @dataclass(frozen=True)
@@ -272,10 +274,7 @@ def figure_of_another_note(
     written = " ".join(
         [
             content or "",
-            *(
-                " ".join(_strings((call.get("function") or {}).get("arguments")))
-                for call in calls
-            ),
+            *(_written(call) for call in calls),
         ]
     )
     used = [
@@ -353,9 +352,9 @@ def uncomputed_difference(
         if not (_spelled(top) & known and _spelled(bottom) & known):
             return None  # not both worked out yet: the model is on its way
         values = [
-            _evaluate(" ".join(_strings(function.get("arguments"))))
+            _evaluate(_written(call))
             for call in calls
-            if (function := call.get("function") or {}).get("name") == "calculate"
+            if (call.get("function") or {}).get("name") == "calculate"
         ]
         if not values or any(
             value is not None and abs(abs(value) - gap) < 1e-9 for value in values

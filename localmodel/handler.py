@@ -239,9 +239,11 @@ def reach_tools_chat_handler(
         else None
     )
     again = search_again(miss) if miss is not None else None
+    # Every search of the turn found nothing (read at the start and at the end).
+    all_missed = assistant and answering.searches_all_missed(messages)
     if again is not None:
         reply, completion = again
-    elif assistant and answering.searches_all_missed(messages):
+    elif all_missed:
         # Every search of the turn found nothing: the answer is asked with that
         # said plainly, or a small model fills the gap with a made-up fact. So is
         # every later ask of this request (a call made again was asked for the
@@ -341,12 +343,7 @@ def reach_tools_chat_handler(
             reply = chatformat.ParsedReply(
                 content=answering.nothing_found(messages), tool_calls=[]
             )
-    if (
-        assistant
-        and reply.content
-        and not reply.tool_calls
-        and answering.searches_all_missed(messages)
-    ):
+    if assistant and reply.content and not reply.tool_calls and all_missed:
         # Every search found nothing. An answer that still gives a figure made
         # it up ("set aside for $10,000"): the plain fact instead. One that
         # does not say nothing was found (it described Grafana from its own
