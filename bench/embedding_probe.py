@@ -24,6 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import yaml
 
 from effects.search import rank, terms
@@ -66,8 +67,6 @@ def main() -> None:
     parser.add_argument("--pooling", choices=("last", "mean"), default="last")
     parser.add_argument("--plain", action="store_true", help="no PromptEOL wrapping")
     options = parser.parse_args()
-    import llama_cpp  # built by `make model`; the probe needs nothing else of it
-
     pooling = {
         "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
         "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
