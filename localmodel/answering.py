@@ -148,7 +148,11 @@ def missed_search(
     """The search the turn's last result answered with nothing, when its words
     are of one script (so a translation adds words), that script is not the
     question's (whose own words were there to search), and no search of this
-    turn has tried both scripts yet; None otherwise."""
+    turn has tried them in both scripts yet (a question about two notes may
+    need both its searches translated: "How much more does the caching rework
+    cost than the search experiment?" had its first search translated, and its
+    second, "caching rework", found nothing and was answered from the first
+    note alone, 3 of 3); None otherwise."""
     if not messages or messages[-1].get("role") not in _RESULT_ROLES:
         return None
     if _found_nothing(_result(messages[-1])) is None:
@@ -173,10 +177,13 @@ def missed_search(
     if not isinstance(words, str) or not words.strip():
         return None
     for earlier in calls.values():
-        if _is_search(str(earlier.get("name") or "")) and all(
-            _scripts(" ".join(_strings(earlier.get("arguments"))))
+        said = " ".join(_strings(earlier.get("arguments")))
+        if (
+            _is_search(str(earlier.get("name") or ""))
+            and all(_scripts(said))
+            and _within(words, said)
         ):
-            return None  # this turn already searched in both scripts
+            return None  # these words were searched in both scripts this turn
     han, latin = _scripts(words)
     if han == latin:
         return None
@@ -189,6 +196,16 @@ def missed_search(
     return Miss(
         str(call["name"]), parameter, words.strip(), into, _last_user_text(messages)
     )
+
+
+def _within(words: str, said: str) -> bool:
+    """True when every word of ``words`` (a Chinese run counts as one) is in
+    ``said``: the words were part of that search."""
+    said = said.lower()
+    return all(token in said for token in _TOKEN.findall(words.lower()))
+
+
+_TOKEN = re.compile(r"[a-z0-9]+|[\u4e00-\u9fff]+")
 
 
 def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -456,18 +473,23 @@ def searches_all_missed(messages: Sequence[Mapping[str, Any]]) -> bool:
 
 #: What a hint quotes (the search's own words): an answer may well repeat those.
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|‘[^’]*’|“[^”]*”")
+#: The answer a hint suggests ("or tell the user the notes do not say."): an
+#: answer that says it ("Sorry, the notes do not provide …") is that answer,
+#: not an echo (it had been asked again, and then gave the budget as a span).
+_SUGGESTED = re.compile(r"(?i)\btell the user\b[^.]*\.?")
 
 
 def _hints(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """The hints of this turn's results that found nothing, without what they
-    quote: "no note mentions any word of 'vector retrieval experiment'" quotes
-    the search, and the right answer names the experiment too."""
+    quote ("no note mentions any word of 'vector retrieval experiment'" quotes
+    the search, and the right answer names the experiment too) or the answer
+    they suggest."""
     hints = []
     for message in _this_turn(messages):
         if message.get("role") in _RESULT_ROLES:
             hint = _found_nothing(_result(message))
             if hint:
-                hints.append(_QUOTED.sub(" ", hint))
+                hints.append(_SUGGESTED.sub(" ", _QUOTED.sub(" ", hint)))
     return hints
 
 

@@ -324,6 +324,32 @@ def asker_language(messages: Sequence[Mapping[str, Any]]) -> str:
     return "en"
 
 
+#: The first letter of an answer in each language's script (GBNF classes).
+_FIRST_LETTER = {"zh": "[\u4e00-\u9fff]", "en": "[A-Za-z]"}
+#: A letter of neither the Latin nor the Chinese script (Cyrillic, kana, …).
+_OTHER_LETTER = re.compile(r"[^\W\d_A-Za-z\u00c0-\u024f\u4e00-\u9fff]")
+
+
+def answer_language(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """The language whose script an answer to the last user message starts in:
+    its :func:`asker_language`, or None when that message has letters of
+    another script or, asked in English, no Latin word at all ("2 + 2?")."""
+    text = next(
+        (
+            content_text(m.get("content"))
+            for m in reversed(messages)
+            if m.get("role") == "user"
+        ),
+        "",
+    )
+    if _OTHER_LETTER.search(text):
+        return None
+    language = asker_language(messages)
+    if language == "en" and not _LATIN_WORD.search(text):
+        return None
+    return language
+
+
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 #: Tool results after the user's message past which a made-up number is let be
 #: (the run's own stop conditions end a model that keeps inventing them).
@@ -493,7 +519,7 @@ def build_grammar(
     *,
     tool_mode: bool | None = None,
     max_calls: int = 1,
-    han_first: bool = False,
+    answer_script: str | None = None,
     text_then_calls: bool = True,
 ) -> str | None:
     """Return the GBNF grammar for a request, or ``None`` for unconstrained text.
@@ -504,9 +530,9 @@ def build_grammar(
     ``required`` allows only calls, a named function exactly one call of it, ``none``
     only a message. A ``response_format`` JSON schema constrains the text. Without
     tools the text is free unless a ``response_format`` asks for JSON. With
-    ``han_first`` a text message starts with a Chinese character (an answer to a
-    question asked in Chinese); with ``text_then_calls`` False a reply is text or
-    calls, never both.
+    ``answer_script`` (``zh`` or ``en``) a text message starts with a letter of
+    that script (an answer to a question asked in it); with ``text_then_calls``
+    False a reply is text or calls, never both.
     """
     if tool_mode is None:
         tool_mode = bool(tools)
@@ -523,8 +549,8 @@ def build_grammar(
     if answer is None:
         text = _excluding_rules(grammar, "text", f"\n{FUNCTION_PREFIX}")
         head = gbnf_literal(MESSAGE_PREFIX)
-        if han_first:
-            head += ' "\\n"? [\u4e00-\u9fff]'
+        if answer_script is not None:
+            head += f' "\\n"? {_FIRST_LETTER[answer_script]}'
         message = grammar.add("message", f"{head} {text}")
     else:
         head = gbnf_literal(f"{MESSAGE_PREFIX}\n")
@@ -577,11 +603,15 @@ def plan_request(
     tool_mode = uses_tools(messages, shown)
     # The small model often answers a Chinese question in English after reading
     # English tool output (an error message, say): its answer starts in Chinese.
-    han_first = (
-        tool_first
+    # And an English question in Chinese after reading a Chinese note ("计算结果是
+    # 1088。" for "When is the caching rework due?"): its answer starts in
+    # English.
+    answer_script = (
+        answer_language(messages)
+        if tool_first
         and bool(messages)
         and messages[-1].get("role") in ("tool", "function")
-        and asker_language(messages) == "zh"
+        else None
     )
     return RequestPlan(
         segments=render_prompt(messages, shown, tool_mode=tool_mode),
@@ -591,7 +621,7 @@ def plan_request(
             response_format,
             tool_mode=tool_mode,
             max_calls=MAX_TOOL_CALLS if parallel_tool_calls else 1,
-            han_first=han_first,
+            answer_script=answer_script,
             # Text before a call is where the small model does sums in its head
             # ("the total is 944") and then calls the calculator on its guess.
             text_then_calls=not tool_first,

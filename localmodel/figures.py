@@ -15,6 +15,10 @@ searches) and applied by ``localmodel.handler`` in assistant mode:
 - **A figure belongs to its note.** Another note's figure given for the note
   asked about, which has none, is asked again as the answer with that said
   (:func:`figure_of_another_note`).
+- **A kind of fact no note gives.** A "how long", a "when is it due" or a "who"
+  answered when no note found speaks of a span of time, a date or a person is
+  asked again with that said, and answered plainly if the model says it again
+  (:data:`UNSTATED`).
 """
 
 from __future__ import annotations
@@ -305,13 +309,6 @@ _NO_SUCH_FIGURE = {
     "zh": "笔记里没有{subject}的这项数字：{subject}这条笔记没有给出。",
     "en": "The notes give no such figure for {subject}: that note does not say.",
 }
-_NO_SPAN = {
-    "zh": "笔记里没有提到时长：找到的笔记（{titles}）没有说多久。",
-    "en": (
-        "The notes do not say how long: the notes found ({titles}) give no span "
-        "of time."
-    ),
-}
 
 
 def _shown(value: float) -> str:
@@ -370,15 +367,111 @@ def uncomputed_difference(
     )
 
 
-#: A question that asks how long something lasts or is kept.
-_ASKS_SPAN = re.compile(
-    r"(?i)\bhow (?:many|much) (?:days|weeks|months|years|hours)\b|\bhow long\b|"
-    r"多少天|几天|多久|多长时间|几个月|几周|几年"
+@dataclass(frozen=True)
+class _Kind:
+    """A kind of fact a question may ask for that a note may not hold."""
+
+    asks: re.Pattern[str]  # the question asks for it
+    spoken: re.Pattern[str]  # a note speaks of it
+    what: str  # what no note speaks of, for the model
+    tell: str  # what the notes do not say ("how long")
+    plain: Mapping[str, str]  # the plain answer, by the asker's language
+
+
+#: How long something lasts or is kept, and a span of time as a note writes it.
+_SPAN = _Kind(
+    asks=re.compile(
+        r"(?i)\bhow (?:many|much) (?:days|weeks|months|years|hours)\b|\bhow long\b|"
+        r"多少天|几天|多久|多长时间|几个月|几周|几年"
+    ),
+    spoken=re.compile(
+        r"(?i)\b(?:days?|weeks?|months?|years?|hours?)\b|天|日|周|星期|月|年|小时"
+    ),
+    what="a span of time: their figures are not days or any other span",
+    tell="how long",
+    plain={
+        "zh": "笔记里没有提到时长：找到的笔记（{titles}）没有说多久。",
+        "en": (
+            "The notes do not say how long: the notes found ({titles}) give no "
+            "span of time."
+        ),
+    },
 )
-#: A span of time, as a note would write it.
-_SPAN = re.compile(
-    r"(?i)\b(?:days?|weeks?|months?|years?|hours?)\b|天|日|周|星期|月|年|小时"
+#: When something is due or done (not "when" alone: 日志什么时候归档？ is
+#: answered by 定时归档, a schedule), and a date as a note writes it.
+_DATE = _Kind(
+    asks=re.compile(
+        r"(?i)\bwhen (?:is|are|was|will|does|do|should)\b[^?]*\b(?:due|finish|"
+        r"finished|done|complete|completed|ready|launch|launched|ship|shipped|"
+        r"deliver|delivered|start|started|end|ends|deadline)\b|\bdeadline\b|"
+        r"\bdue date\b|\bby when\b|\bwhat date\b|\bwhich day\b|"
+        r"截止|哪天|哪一天|几号|(?:什么时候|何时)(?:完成|结束|上线|交付|到期|开始|启动)"
+    ),
+    spoken=re.compile(
+        r"(?i)\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.? \d|"
+        r"\b(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|deadline|"
+        r"due|quarter|q[1-4])\b|\d{4}-\d{1,2}|\d+\s*[年月日号]|截止|季度|"
+        r"周[一二三四五六日]|星期[一二三四五六日天]|[上下本]个?月"
+    ),
+    what="a date or a deadline",
+    tell="when",
+    plain={
+        "zh": "笔记里没有提到日期：找到的笔记（{titles}）没有说什么时候。",
+        "en": (
+            "The notes do not say when: the notes found ({titles}) give no date "
+            "or deadline."
+        ),
+    },
 )
+#: Who owns or does something ("whose budget is larger" and 谁的 ask for a
+#: note, not a person), and a person or team as a note names one.
+_PERSON = _Kind(
+    asks=re.compile(
+        r"(?i)\bwho\b|\bwhom\b|\bwhich (?:team|person|people|engineer|group)\b|"
+        r"谁(?!的)|哪个(?:团队|人|小组|部门)|负责人"
+    ),
+    spoken=re.compile(
+        r"(?i)\b(?:owner|owned|owns|team|lead|leads|manager|engineer|assigned|"
+        r"responsible)\b|@\w|负责|团队|小组|组长|经理|工程师|同事|部门"
+    ),
+    what="a person or a team",
+    tell="who",
+    plain={
+        "zh": "笔记里没有提到负责人：找到的笔记（{titles}）没有说是谁。",
+        "en": (
+            "The notes do not say who: the notes found ({titles}) name no person "
+            "or team."
+        ),
+    },
+)
+
+
+def _not_given(
+    kind: _Kind,
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> Misread | None:
+    """What to tell the model when the question asks for a fact of ``kind``,
+    no note this turn found speaks of any, and the answer gives one anyway (a
+    figure, or anything that does not say the notes do not). None otherwise."""
+    if calls or not content:
+        return None
+    if not kind.asks.search(_last_user_text(messages)):
+        return None
+    if says_none(content) and not _numbers(content):
+        return None
+    notes = found_notes(messages)
+    if not notes or any(kind.spoken.search(f"{t} {text}") for t, text in notes.items()):
+        return None
+    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
+    return Misread(
+        note=(
+            f"No note found speaks of {kind.what} ({listing}). Tell the user the "
+            f"notes do not say {kind.tell}."
+        ),
+        plain=kind.plain[asker_language(messages)].format(titles="、".join(notes)),
+    )
 
 
 def span_not_given(
@@ -386,28 +479,36 @@ def span_not_given(
     calls: Sequence[Mapping[str, Any]],
     messages: Sequence[Mapping[str, Any]],
 ) -> Misread | None:
-    """What to tell the model when the question asks how long, its answer gives
-    a figure, and no note this turn found speaks of any span of time: the
-    figure is some other quantity. "How many days of data does the search
-    experiment keep?" was answered "740 days" (its budget), and
-    缓存改造打算保留多少天的数据？ "128天" (a factor of its budget). None
-    otherwise."""
-    if calls or not content or not _numbers(content):
-        return None
-    if not _ASKS_SPAN.search(_last_user_text(messages)):
-        return None
-    notes = found_notes(messages)
-    if not notes or any(_SPAN.search(f"{t} {text}") for t, text in notes.items()):
-        return None
-    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
-    return Misread(
-        note=(
-            f"No note found speaks of a span of time ({listing}): their figures "
-            "are not days or any other span. Tell the user the notes do not say "
-            "how long."
-        ),
-        plain=_NO_SPAN[asker_language(messages)].format(titles="、".join(notes)),
-    )
+    """A "how long" answered when no note found speaks of a span of time: "How
+    many days of data does the search experiment keep?" was answered "740
+    days" (its budget), and 缓存改造打算保留多少天的数据？ "128天" (a factor of
+    its budget)."""
+    return _not_given(_SPAN, content, calls, messages)
+
+
+def date_not_given(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> Misread | None:
+    """A "when is it due" answered when no note found gives a date: "When is the
+    caching rework due to be finished?" was answered "in 1088 days" (its
+    budget, 3 of 3)."""
+    return _not_given(_DATE, content, calls, messages)
+
+
+def person_not_given(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> Misread | None:
+    """A "who" answered when no note found names a person or team: 搜索实验由谁
+    负责？ was answered 实验由比较倒排索引与向量检索的团队负责 (3 of 3)."""
+    return _not_given(_PERSON, content, calls, messages)
+
+
+#: The rules above, in the order the handler applies them.
+UNSTATED = (span_not_given, date_not_given, person_not_given)
 
 
 def uncomputed_expression(

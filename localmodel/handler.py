@@ -191,10 +191,11 @@ def reach_tools_chat_handler(
         again with a note on what went wrong)."""
         if not (assistant and auto_choice):
             return reply, completion
-        for rule in (figures.figure_of_another_note, figures.span_not_given):
+        for rule in (figures.figure_of_another_note, *figures.UNSTATED):
             # A figure the note asked about does not give (another note's
-            # budget, a budget as a span of time): asked for the answer with
-            # that said, and answered plainly if the model says it again.
+            # budget), or a span, a date or a person no note found speaks of:
+            # asked for the answer with that said, and answered plainly if the
+            # model says it again.
             misread = rule(reply.content, reply.tool_calls, reading)
             if misread is None:
                 continue

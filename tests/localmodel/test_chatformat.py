@@ -655,3 +655,27 @@ def test_after_a_handoff_the_agent_taking_over_still_owes_the_first_reply():
     offered = [function_tool("search_notes", object_schema({}), "Search.")]
     plan = plan_request(handed, offered, tool_choice="auto", tool_first=True)
     assert plan.tool_choice.mode == "required"
+
+
+def test_an_answer_to_an_english_question_starts_in_english() -> None:
+    """ "When is the caching rework due?" was answered 计算结果是 1088。 after
+    the Chinese note was read."""
+    english = [*CONVERSATION[:1], {"role": "user", "content": "Which note?"}]
+    english += CONVERSATION[2:]
+    answer = plan_request(english, TOOLS, "auto", tool_first=True)
+    assert '"message:" "\\n"? [A-Za-z]' in (answer.grammar or "")
+    # Not before a tool's result, not without the assistant's tool-first mode,
+    # and not for a question with letters of neither script, nor one with no
+    # word at all.
+    for asked in ("Какая заметка?", "2 + 2?"):
+        other = [*CONVERSATION[:1], {"role": "user", "content": asked}]
+        other += CONVERSATION[2:]
+        assert chatformat.answer_language(other) is None, asked
+        assert "[A-Za-z]" not in (
+            plan_request(other, TOOLS, "auto", tool_first=True).grammar or ""
+        )
+    for plan in (
+        plan_request(english, TOOLS, "auto"),
+        plan_request(english[:2], TOOLS, "auto", tool_first=True),
+    ):
+        assert "[A-Za-z]" not in (plan.grammar or "")
