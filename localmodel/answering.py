@@ -508,6 +508,36 @@ def echoed_hint(content: str | None, messages: Sequence[Mapping[str, Any]]) -> b
     return False
 
 
+#: What the model is told when it wrote the question back as its answer.
+ANSWER_IT = (
+    "Your reply repeated the user's question. Answer it now from the results "
+    "above, in the user's language."
+)
+
+
+def repeats_question(
+    content: str | None, messages: Sequence[Mapping[str, Any]]
+) -> bool:
+    """True when the answer is the user's question written back (asked what
+    the search experiment's budget expression comes to, with 740 worked out,
+    the model answered with the question word for word, 3 of 3): without
+    spacing and punctuation, the answer holds the question and fewer than ten
+    characters besides. An answer that says the question again and then
+    answers it, or that quotes a part of it ("the search experiment"), is
+    none."""
+    if not content:
+        return False
+    question = _bare(_last_user_text(messages))
+    said = _bare(content)
+    if len(question) < 10 or question not in said:
+        return False
+    return len(said) - len(question) < 10
+
+
+def _bare(text: str) -> str:
+    return re.sub(r"[\W_]+", "", text).lower()
+
+
 def said_plainly(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """``messages`` with this turn's empty results, and its searches' results
     that hold none of their names (:func:`names_not_found`), replaced by the

@@ -102,14 +102,15 @@ _COMBINES = re.compile(
 #: A question that asks how far apart two figures are.
 _DIFFERS = re.compile(
     r"(?i)\b(?:difference|differ|gap|exceeds?|cheaper|costlier|more expensive)\b|"
-    r"how much (?:more|less)|相差|差额|差距|差多少|多多少|少多少|贵多少|便宜多少|"
+    r"how much (?:more|less)|\bby how much\b|\b(?:costs?|spends?) (?:more|less)\b|"
+    r"相差|差额|差距|差多少|多多少|少多少|贵多少|便宜多少|"
     # 缓存改造比搜索实验多花多少钱？
     r"比[^，。,.?？]{1,16}?(?:多|少|贵|便宜)"
 )
 #: A question that names two things ("the caching rework and the search
-#: experiment", 缓存改造和搜索实验, both plans).
+#: experiment", 缓存改造和搜索实验, both plans, "which costs more, … or …").
 _NAMES_TWO = re.compile(
-    r"(?i)\b(?:and|both|than)\b|\badd\b[^.?!]*\bto\b|[和与跟及、比]|两个|两项"
+    r"(?i)\b(?:and|both|than|or)\b|\badd\b[^.?!]*\bto\b|[和与跟及、比]|两个|两项"
 )
 #: "In total", "the total of": a sum when the question names two things ("What
 #: do the caching rework and the search experiment cost in total?"), but not
@@ -171,12 +172,38 @@ def uncombined_calculation(
             or _spelled(_evaluate(expression) or 0.0) & _numbers(written)
         ]
         if len(covered) == 1:
-            listing = "; ".join(f"{t}: {e}" for t, e in notes.items())
-            return (
-                "The question adds up the figures of several notes found: "
-                f"{listing}. Add them all up in one calculate call."
-            )
+            return _add_them_up(notes)
     return None
+
+
+def _add_them_up(notes: Mapping[str, str]) -> str:
+    listing = "; ".join(f"{t}: {e}" for t, e in notes.items())
+    return (
+        "The question adds up the figures of several notes found: "
+        f"{listing}. Add them all up in one calculate call."
+    )
+
+
+def unstated_total(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """The note to ask for the calculation with when the question adds up
+    several notes' figures, this turn found two or more notes with an
+    expression, and a text answer does not state the total of all of them:
+    asked what the search experiment and the Redis caching plan cost together,
+    with both notes found, the model answered "500 + 128 * 6 + 320 = 4720"
+    without a call (3 of 3). None otherwise."""
+    if calls or not content or not _adds_up(_last_user_text(messages)):
+        return None
+    notes = _found_expressions(messages)
+    if len(notes) < 2:
+        return None
+    total = sum(_evaluate(expression) or 0.0 for expression in notes.values())
+    if _spelled(total) & _numbers(content):
+        return None
+    return _add_them_up(notes)
 
 
 def _one_search_found(messages: Sequence[Mapping[str, Any]]) -> bool:
@@ -261,7 +288,9 @@ def figure_of_another_note(
     another note's expression or its value: asked 日志方案花多少钱？, the model
     had found 日志系统 (which gives no budget) beside the two budget notes, and
     answered with the search experiment's 500 + 240. So does an answer that
-    does not say the note gives none ("日志系统的预算是文件轮转和定时归档…"). Not
+    does not say the note gives none ("日志系统的预算是文件轮转和定时归档…").
+    When the question shares no title's characters, the one note found, if
+    only one was, is the one asked about. Not
     for a sum (the one-calculation rule's), nor when the note asked about has
     its own figure. None otherwise."""
     question = _last_user_text(messages)
@@ -269,6 +298,12 @@ def figure_of_another_note(
         return None
     notes = found_notes(messages)
     asked = [title for title in notes if _han_pairs(title) & _han_pairs(question)]
+    if not asked and len(notes) == 1:
+        # An English question names no note's Chinese title: the one note its
+        # searches found is the one asked about ("How much will the logging
+        # system cost?" found 日志系统 alone, and was answered "$10,000 per
+        # year", 3 of 3).
+        asked = list(notes)
     if len(asked) != 1:
         return None
     subject = asked[0]

@@ -210,6 +210,12 @@ def reach_tools_chat_handler(
             # calculator works it out.
             logger.warning("local model: a difference not worked out; asked for it")
             reply, completion = told(_function("calculate"), apart)
+        total = figures.unstated_total(reply.content, reply.tool_calls, reading)
+        if total is not None:
+            # A sum of several notes answered without their total: the
+            # calculator adds them all up.
+            logger.warning("local model: a sum answered without its total; asked")
+            reply, completion = told(_function("calculate"), total)
         return reply, completion
 
     def search_again(miss: answering.Miss) -> tuple[chatformat.ParsedReply, Any] | None:
@@ -331,6 +337,15 @@ def reach_tools_chat_handler(
         # answers of a turn with figures come this way).
         logger.warning("local model: a call made again; asked for the answer")
         reply, completion = over_figures(*generate(plan("none")))
+    if (
+        assistant
+        and auto_choice
+        and not reply.tool_calls
+        and answering.repeats_question(reply.content, messages)
+    ):
+        # The user's question written back as the answer: asked once more.
+        logger.warning("local model: the question as the answer; asked again")
+        reply, completion = over_figures(*told("none", answering.ANSWER_IT))
     if (
         assistant
         and not reply.tool_calls

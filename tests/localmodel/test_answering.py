@@ -1301,3 +1301,87 @@ def test_who_answered_when_no_note_names_anyone_is_caught(monkeypatch):
         monkeypatch, [f"message:\n{made_up}", f"message:\n{made_up}"], turn
     )
     assert result["choices"][0]["message"]["content"].startswith(misread.plain)
+
+
+# -- notes-sealed9's misses ------------------------------------------------------
+
+
+def test_a_sum_answered_without_its_total_asks_for_the_calculation(monkeypatch):
+    """Both notes found, the model answered "500 + 128 * 6 + 320 = 4720" without
+    a call (3 of 3)."""
+    question = "What do the search experiment and the Redis caching plan cost together?"
+    turn = two_searches(question)
+    wrong = "Together they cost 500 + 128 * 6 + 320 = 4720."
+    note = figures.unstated_total(wrong, [], turn)
+    assert note is not None and "Add them all up in one calculate call" in note
+    assert "500 + 240" in note and "128 * 6 + 320" in note
+    assert figures.unstated_total("Together they cost 1828.", [], turn) is None
+    assert figures.unstated_total(None, [calculate("500 + 240")], turn) is None
+    # Not a sum, or one note found.
+    assert figures.unstated_total(wrong, [], two_searches("Which is larger?")) is None
+    one = searched(question, "Redis", BUDGET_NOTES[1:])
+    assert figures.unstated_total(wrong, [], one) is None
+    # The handler asks for that calculation, here of an answer asked for after
+    # a search made again (the way it came in the run).
+    result, prompts = prompted(
+        monkeypatch,
+        [
+            'functions.search_notes:\n{"query": "倒排索引实验"}',
+            f"message:\n{wrong}",
+            'functions.calculate:\n{"expression": "(500 + 240) + (128 * 6 + 320)"}',
+        ],
+        turn,
+    )
+    assert call_of(result) == (
+        "calculate",
+        {"expression": "(500 + 240) + (128 * 6 + 320)"},
+    )
+    assert "Add them all up" in prompts[-1].decode()
+
+
+def test_the_one_note_found_is_the_one_an_english_question_asks_about():
+    """ "How much will the logging system cost?" found 日志系统 alone and was
+    answered "$10,000 per year" (3 of 3)."""
+    turn = searched("How much will the logging system cost?", "logging 日志", [LOGGING])
+    misread = figures.figure_of_another_note(
+        "The logging system will cost $10,000 per year.", [], turn
+    )
+    assert misread is not None and "日志系统 gives none" in misread.note
+    assert misread.plain.startswith("The notes give no such figure for 日志系统")
+    assert figures.figure_of_another_note("It does not say.", [], turn) is None
+    # With two notes found and none named, no note is the one asked about.
+    both = searched("How much will it cost?", "x", [LOGGING, BUDGET_NOTES[0]])
+    assert figures.figure_of_another_note("It costs 10.", [], both) is None
+
+
+def test_a_comparison_asked_as_which_costs_more_searches_both():
+    question = (
+        "Which costs more, the Redis caching plan or the search experiment, and by "
+        "how much?"
+    )
+    turn = searched(question, "Redis", BUDGET_NOTES[1:])
+    second = figures.unsearched_second_note([calculate("128 * 6 + 320")], turn, TOOLS)
+    assert second is not None and second[0] == "search_notes"
+
+
+def test_the_question_written_back_is_asked_again(monkeypatch):
+    question = (
+        "The search experiment gives its budget as an expression. What does it come to?"
+    )
+    turn = worked_out(
+        searched(question, "search experiment 实验", BUDGET_NOTES[:1]),
+        ("500 + 240", 740),
+    )
+    assert answering.repeats_question(question, turn)
+    assert answering.repeats_question(f"“{question}”", turn)
+    # An answer that says it again and answers it, or quotes a part of it, is one.
+    answer = f"{question} It comes to 740, from 500 + 240."
+    assert not answering.repeats_question(answer, turn)
+    assert not answering.repeats_question("The search experiment.", turn)
+    result, prompts = prompted(
+        monkeypatch,
+        [f"message:\n{question}", "message:\nIt comes to 740."],
+        turn,
+    )
+    assert result["choices"][0]["message"]["content"].startswith("It comes to 740.")
+    assert answering.ANSWER_IT in prompts[-1].decode()
