@@ -325,7 +325,10 @@ def asker_language(messages: Sequence[Mapping[str, Any]]) -> str:
 
 
 #: The first letter of an answer in each language's script (GBNF classes).
-_FIRST_LETTER = {"zh": "[\u4e00-\u9fff]", "en": "[A-Za-z]"}
+#: A lowercase "f" is not followed by "u": the text after it is free of a
+#: line starting "functions." only from its second character on, and the model
+#: had written "functions.search_notes: …" as an answer that way.
+_FIRST_LETTER = {"zh": "[\u4e00-\u9fff]", "en": '([A-Za-eg-z] | "f" [^u])'}
 #: A letter of neither the Latin nor the Chinese script (Cyrillic, kana, …).
 _OTHER_LETTER = re.compile(r"[^\W\d_A-Za-z\u00c0-\u024f\u4e00-\u9fff]")
 

@@ -57,6 +57,10 @@ from tests.support.replies import text, tool_call
         "What is the status of the ticket?",
         "Is there a message from alice in the notes?",
         "What is the budget of an open ticket?",
+        # An action word as the verb of what someone else does.
+        "How many gigabytes of logs does the logging system store?",
+        "When does the nightly job send the digest?",
+        "Is the ticket for the slow cache closed?",
     ],
 )
 def test_questions_that_ask_for_no_action(message):
@@ -88,6 +92,10 @@ def test_questions_that_ask_for_no_action(message):
         "Can you open the ticket?",
         "Could you send the message to alice?",
         "Can you schedule a meeting?",
+        # Asked of the one who would act, it is still a request.
+        "Can you store this in memory?",
+        "Could someone open a ticket for the slow cache?",
+        "Would you please send alice the budget?",
         "",
     ],
 )

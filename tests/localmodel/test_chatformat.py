@@ -663,7 +663,7 @@ def test_an_answer_to_an_english_question_starts_in_english() -> None:
     english = [*CONVERSATION[:1], {"role": "user", "content": "Which note?"}]
     english += CONVERSATION[2:]
     answer = plan_request(english, TOOLS, "auto", tool_first=True)
-    assert '"message:" "\\n"? [A-Za-z]' in (answer.grammar or "")
+    assert '"message:" "\\n"? ([A-Za-eg-z] | "f" [^u])' in (answer.grammar or "")
     # Not before a tool's result, not without the assistant's tool-first mode,
     # and not for a question with letters of neither script, nor one with no
     # word at all.
@@ -671,11 +671,11 @@ def test_an_answer_to_an_english_question_starts_in_english() -> None:
         other = [*CONVERSATION[:1], {"role": "user", "content": asked}]
         other += CONVERSATION[2:]
         assert chatformat.answer_language(other) is None, asked
-        assert "[A-Za-z]" not in (
+        assert "[A-Za-eg-z]" not in (
             plan_request(other, TOOLS, "auto", tool_first=True).grammar or ""
         )
     for plan in (
         plan_request(english, TOOLS, "auto"),
         plan_request(english[:2], TOOLS, "auto", tool_first=True),
     ):
-        assert "[A-Za-z]" not in (plan.grammar or "")
+        assert "[A-Za-eg-z]" not in (plan.grammar or "")
