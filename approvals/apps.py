@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+from runs import ports
+
 
 class ApprovalsConfig(AppConfig):
     name = "approvals"
@@ -10,7 +12,6 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # Imported here, once every model is loaded (as every app's ``ready``).
         from approvals.services import approval_create, approvals_cancel_for_task
-        from runs import ports
 
         # A parked call opens its approval request, a cancelled run withdraws its
         # pending ones.

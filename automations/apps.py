@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from runs import ports
+
 
 class AutomationsConfig(AppConfig):
     name = "automations"
@@ -8,7 +10,6 @@ class AutomationsConfig(AppConfig):
 
     def ready(self) -> None:
         from automations.links import source_link
-        from runs import ports
 
         # A trace names the schedule or trigger that started its run.
         ports.source_link.fill(source_link)

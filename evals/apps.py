@@ -1,5 +1,8 @@
 from django.apps import AppConfig
 
+from evals.links import from_run_url, report_url
+from runs import ports
+
 
 class EvalsConfig(AppConfig):
     name = "evals"
@@ -7,9 +10,6 @@ class EvalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from evals.links import from_run_url, report_url
-        from runs import ports
-
         # A trace of an evaluation run links back to its report.
         ports.eval_report_url.fill(report_url)
         # A trace offers to make its run a case ("Add to suite").

@@ -1,5 +1,8 @@
 from django.apps import AppConfig
 
+from gateway.model_client import gateway_model
+from runs import ports
+
 
 class GatewayConfig(AppConfig):
     name = "gateway"
@@ -7,9 +10,6 @@ class GatewayConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from gateway.model_client import gateway_model
-        from runs import ports
-
         # The worker builds every run's engine: a gateway run gets the one-call
         # model instead of the configured endpoint.
         ports.model_for.fill(gateway_model)

@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.apps import AppConfig
 from django.db.models.signals import post_delete, post_save
 
+from runs import ports
+
 
 class GuardrailsConfig(AppConfig):
     name = "guardrails"
@@ -12,7 +14,6 @@ class GuardrailsConfig(AppConfig):
     def ready(self) -> None:
         from guardrails import services
         from guardrails.models import Guardrail
-        from runs import ports
 
         ports.guards_for.fill(services.guards_for)
         post_save.connect(services.on_guardrail_changed, sender=Guardrail)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+from runs import ports
+
 
 class MemoryConfig(AppConfig):
     name = "memory"
@@ -12,7 +14,6 @@ class MemoryConfig(AppConfig):
         # The memory tools register their handlers with the registry on import.
         from memory import builtins  # noqa: F401
         from memory.services import memory_note
-        from runs import ports
 
         # The note that gives a new run what is remembered for it.
         ports.memory_for.fill(memory_note)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+from runs import ports
+
 
 class NotifyConfig(AppConfig):
     name = "notify"
@@ -12,7 +14,6 @@ class NotifyConfig(AppConfig):
         from approvals.events import approval_changed
         from notify import completion
         from notify.services import on_approval_changed
-        from runs import ports
 
         # Every change of a request may announce something (Slack, webhooks).
         approval_changed.connect(on_approval_changed, dispatch_uid="notify")

@@ -6,6 +6,7 @@ from django.apps import AppConfig
 from django.contrib.auth.signals import user_logged_out
 
 from infra.push import push, user_group
+from runs import ports
 
 
 class RunsConfig(AppConfig):
@@ -13,7 +14,7 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from runs import followups, ports
+        from runs import followups
 
         user_logged_out.connect(_close_sockets, dispatch_uid="reach-close-sockets")
         # A run's end starts the message queued behind it.

@@ -10,7 +10,7 @@ each listener app's ``ready``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.dispatch import Signal
 
@@ -18,7 +18,11 @@ from engine.guards import Guards
 from engine.model_client import ModelClient
 from engine.spec import AgentSnapshot, StepRecord
 from infra.slots import Slot
-from runs.models import Step, Task
+
+if TYPE_CHECKING:
+    # Named in the ports' signatures only: this module loads no model, so an
+    # app's ``apps.py`` imports it at its top and fills its slots in ``ready``.
+    from runs.models import Step, Task
 
 # -- approvals -------------------------------------------------------------------
 

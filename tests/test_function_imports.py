@@ -3,8 +3,9 @@ is in the layering. A production file imports at its top, except where an import
 must wait, and each such place is named here with why:
 
 - an app's ``AppConfig.ready()``: Django loads models only after every app's
-  ``apps.py`` was read, so the receivers, slots and checks an app plugs in are
-  imported there (Django's documented place for them);
+  ``apps.py`` was read, so the receivers, slots and checks an app plugs in that
+  load a model are imported there (Django's documented place for them), and
+  only those;
 - a dependency that is slow to import or optional, imported only by the code
   that uses it (:data:`WAITING`).
 
@@ -14,6 +15,9 @@ holds one, so the list stays the list of what the code does."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from tests.test_module_cycles import ROOT, production_files
 
@@ -106,3 +110,54 @@ def test_ready_is_the_only_place_apps_import_late() -> None:
     ready = [place for place in function_imports() if place[1] == "ready"]
     assert ready, "no AppConfig.ready() import found: the walk is broken"
     assert all(in_ready(place) for place in ready), ready
+
+
+def ready_imports() -> list[str]:
+    """Every import statement in an app's ``ready()``, as written."""
+    found = []
+    for _, file, _ in production_files():
+        if file.name != "apps.py":
+            continue
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "ready":
+                found += [
+                    ast.unparse(child)
+                    for child in ast.walk(node)
+                    if isinstance(child, ast.Import | ast.ImportFrom)
+                ]
+    return sorted(set(found))
+
+
+def _needs_the_registry(statement: str) -> tuple[str, bool]:
+    """Whether running the import ``statement`` in a fresh interpreter, with
+    settings configured and the app registry not yet ready (as Django reads
+    each app's ``apps.py``), raises ``AppRegistryNotReady``."""
+    code = (
+        "import os, sys\n"
+        "os.environ['DJANGO_SETTINGS_MODULE'] = 'reach_site.settings'\n"
+        "from django.core.exceptions import AppRegistryNotReady\n"
+        "try:\n"
+        f"    {statement}\n"
+        "except AppRegistryNotReady:\n"
+        "    sys.exit(3)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=120
+    )
+    assert done.returncode in (0, 3), (statement, done.stderr.decode()[-2000:])
+    return statement, done.returncode == 3
+
+
+def test_ready_imports_only_what_loads_models() -> None:
+    """An import in ``ready()`` is one that could not sit at the top of
+    ``apps.py``: it loads a model. One that loads none (a port's declarations,
+    a link builder) is imported at the top, and fails here otherwise. Each is
+    tried in its own interpreter, a few at once."""
+    statements = ready_imports()
+    assert statements, "no AppConfig.ready() import found: the walk is broken"
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        needs = dict(pool.map(_needs_the_registry, statements))
+    needless = sorted(statement for statement, needed in needs.items() if not needed)
+    assert not needless, (
+        f"in ready() but loading no model: {needless}; import at the top of apps.py"
+    )

@@ -2,14 +2,15 @@ from __future__ import annotations
 
 from django.apps import AppConfig
 
+from runs import ports
+from traces.links import trace_url
+
 
 class TracesConfig(AppConfig):
     name = "traces"
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from runs import ports
-        from traces.links import trace_url
         from traces.otel import on_task_finished
 
         # Finished runs go out over OpenTelemetry.
