@@ -198,14 +198,15 @@ def missed_search(
     )
 
 
+#: A word of a search: a run of Latin letters or digits, or of Chinese characters.
+_TOKEN = re.compile(r"[a-z0-9]+|[\u4e00-\u9fff]+")
+
+
 def _within(words: str, said: str) -> bool:
     """True when every word of ``words`` (a Chinese run counts as one) is in
     ``said``: the words were part of that search."""
     said = said.lower()
     return all(token in said for token in _TOKEN.findall(words.lower()))
-
-
-_TOKEN = re.compile(r"[a-z0-9]+|[\u4e00-\u9fff]+")
 
 
 def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
