@@ -54,6 +54,7 @@ from localmodel.chatformat import (
     _tool_call,
     asker_language,
     content_text,
+    last_user_text,
 )
 
 #: Tools whose calls look things up by words (the notes' search, long-term
@@ -194,7 +195,7 @@ def missed_search(
         # (GPU became 显卡预算, which found every note with a budget).
         return None
     return Miss(
-        str(call["name"]), parameter, words.strip(), into, _last_user_text(messages)
+        str(call["name"]), parameter, words.strip(), into, last_user_text(messages)
     )
 
 
@@ -207,13 +208,6 @@ def _within(words: str, said: str) -> bool:
     ``said``: the words were part of that search."""
     said = said.lower()
     return all(token in said for token in _TOKEN.findall(words.lower()))
-
-
-def _last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            return content_text(message.get("content")).strip()
-    return ""
 
 
 def translation_prompt(miss: Miss) -> list[dict[str, str]]:
@@ -458,7 +452,7 @@ def searches_all_missed(messages: Sequence[Mapping[str, Any]]) -> bool:
         return False
     turn = _this_turn(messages)
     calls = _calls_by_id(turn)
-    question = _last_user_text(messages)
+    question = last_user_text(messages)
     searched = False
     for message in turn:
         if message.get("role") not in _RESULT_ROLES:
@@ -528,7 +522,7 @@ def repeats_question(
     none."""
     if not content:
         return False
-    question = _bare(_last_user_text(messages))
+    question = _bare(last_user_text(messages))
     said = _bare(content)
     if len(question) < 10 or question not in said:
         return False
@@ -549,7 +543,7 @@ def said_plainly(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     turn = _this_turn(messages)
     turn_start = len(messages) - len(turn)
     calls = _calls_by_id(turn)
-    question = _last_user_text(messages)
+    question = last_user_text(messages)
     out: list[dict[str, Any]] = []
     for at, message in enumerate(messages):
         if at < turn_start or message.get("role") not in _RESULT_ROLES:

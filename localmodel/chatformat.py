@@ -312,16 +312,20 @@ def source_line(
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
 
 
+def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the last user message ("" when there is none)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return content_text(message.get("content")).strip()
+    return ""
+
+
 def asker_language(messages: Sequence[Mapping[str, Any]]) -> str:
     """``zh`` when the last user message is written in Chinese (more Chinese
     characters than Latin words: an English question may quote a Chinese name),
     else ``en``."""
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            text = content_text(message.get("content"))
-            han = len(_HAN.findall(text))
-            return "zh" if han > len(_LATIN_WORD.findall(text)) else "en"
-    return "en"
+    text = last_user_text(messages)
+    return "zh" if len(_HAN.findall(text)) > len(_LATIN_WORD.findall(text)) else "en"
 
 
 #: The first letter of an answer in each language's script (GBNF classes).
@@ -337,14 +341,7 @@ def answer_language(messages: Sequence[Mapping[str, Any]]) -> str | None:
     """The language whose script an answer to the last user message starts in:
     its :func:`asker_language`, or None when that message has letters of
     another script or, asked in English, no Latin word at all ("2 + 2?")."""
-    text = next(
-        (
-            content_text(m.get("content"))
-            for m in reversed(messages)
-            if m.get("role") == "user"
-        ),
-        "",
-    )
+    text = last_user_text(messages)
     if _OTHER_LETTER.search(text):
         return None
     language = asker_language(messages)

@@ -34,7 +34,6 @@ from localmodel.answering import (
     _calls_by_id,
     _found_nothing,
     _known_numbers,
-    _last_user_text,
     _result,
     _search_answered,
     _search_tool,
@@ -49,6 +48,7 @@ from localmodel.chatformat import (
     _numbers,
     _this_turn,
     asker_language,
+    last_user_text,
 )
 
 # Numbers joined by + * / × ÷ (or a minus with spaces around it: not a date).
@@ -154,7 +154,7 @@ def uncombined_calculation(
     its value holds another's). The model had worked out the inverted-index
     experiment's 500 + 240 and answered it as the combined budget of both
     plans. None otherwise."""
-    if not _adds_up(_last_user_text(messages)):
+    if not _adds_up(last_user_text(messages)):
         return None
     notes = _found_expressions(messages)
     if len(notes) < 2:
@@ -195,7 +195,7 @@ def unstated_total(
     asked what the search experiment and the Redis caching plan cost together,
     with both notes found, the model answered "500 + 128 * 6 + 320 = 4720"
     without a call (3 of 3). None otherwise."""
-    if calls or not content or not _adds_up(_last_user_text(messages)):
+    if calls or not content or not _adds_up(last_user_text(messages)):
         return None
     notes = _found_expressions(messages)
     if len(notes) < 2:
@@ -235,7 +235,7 @@ def unsearched_second_note(
     rework and the search experiment". Asked once: after another search the
     notes found are what there is (the other may give no figure). None
     otherwise."""
-    question = _last_user_text(messages)
+    question = last_user_text(messages)
     combines = _adds_up(question) or _DIFFERS.search(question)
     if not (combines and _NAMES_TWO.search(question)):
         return None
@@ -293,7 +293,7 @@ def figure_of_another_note(
     only one was, is the one asked about. Not
     for a sum (the one-calculation rule's), nor when the note asked about has
     its own figure. None otherwise."""
-    question = _last_user_text(messages)
+    question = last_user_text(messages)
     if not _ASKS_FIGURE.search(question) or _adds_up(question):
         return None
     notes = found_notes(messages)
@@ -365,7 +365,7 @@ def uncomputed_difference(
     缓存改造比搜索实验多花多少钱？, it went on with 740 + 1088, 1828 - 500, … for
     ten calls). The larger less the smaller, as "gap", "cheaper" and "exceed"
     all ask. None otherwise."""
-    question = _last_user_text(messages)
+    question = last_user_text(messages)
     if not _DIFFERS.search(question) or _adds_up(question):
         return None
     figures = _found_expressions(messages)  # each evaluates (it was kept so)
@@ -492,7 +492,7 @@ def _not_given(
     figure, or anything that does not say the notes do not). None otherwise."""
     if calls or not content:
         return None
-    if not kind.asks.search(_last_user_text(messages)):
+    if not kind.asks.search(last_user_text(messages)):
         return None
     if says_none(content) and not _numbers(content):
         return None
