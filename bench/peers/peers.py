@@ -12,16 +12,22 @@ import argparse
 import ast
 import asyncio
 import atexit
+import http.cookiejar
 import json
 import operator
 import os
+import re
 import resource
 import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 import uuid
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 T_START = time.perf_counter()
@@ -132,7 +138,6 @@ class LangGraph:
         from langchain_core.tools import tool
         from langchain_openai import ChatOpenAI
         if factory == "prebuilt":
-            import warnings
             from langgraph.prebuilt import create_react_agent
             warnings.filterwarnings("ignore", message=".*create_react_agent has been moved")
             self.create = lambda llm, tools, cp: create_react_agent(llm, tools, prompt=SYSTEM, checkpointer=cp)
@@ -152,7 +157,6 @@ class LangGraph:
             from langgraph.checkpoint.memory import InMemorySaver
             return InMemorySaver()
         if self.kind == "sqlite":
-            import sqlite3
             from langgraph.checkpoint.sqlite import SqliteSaver
             return SqliteSaver(sqlite3.connect(self.db, check_same_thread=False))
         return None
@@ -213,7 +217,6 @@ class Platform:
     the whole platform path — HTTP, Celery dispatch, persisted steps, pushes — per task.
     """
     def __init__(self, base_url, steps):
-        import urllib.request
         self.url = os.environ.get("PLATFORM_URL", "http://127.0.0.1:8000").rstrip("/")
         self.headers = {"authorization": "Bearer " + os.environ["PLATFORM_TOKEN"],
                         "content-type": "application/json"}
@@ -251,7 +254,6 @@ class PlatformWS(Platform):
     websocket for the final task event (no polling load on the web process)."""
     def __init__(self, base_url, steps):
         super().__init__(base_url, steps)
-        import http.cookiejar, re, urllib.parse, urllib.request
         jar = http.cookiejar.CookieJar()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
         page = opener.open(self.url + "/accounts/login/").read().decode()
