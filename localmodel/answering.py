@@ -185,6 +185,14 @@ def missed_search(
             and _within(words, said)
         ):
             return None  # these words were searched in both scripts this turn
+    question = last_user_text(messages)
+    subject = _subject_words(question) if _only_aims(words) else ""
+    if subject:
+        # "bill" for "If we fund both the caching rework and the search
+        # experiment, what's the bill?" (2 of 3): the words searched were what
+        # the question wants, not what it is about. The question's own words
+        # are tried in the other language instead.
+        words = subject
     han, latin = _scripts(words)
     if han == latin:
         return None
@@ -194,9 +202,50 @@ def missed_search(
         # own words were there to search, and a translation only brings them back
         # (GPU became 显卡预算, which found every note with a budget).
         return None
-    return Miss(
-        str(call["name"]), parameter, words.strip(), into, last_user_text(messages)
+    return Miss(str(call["name"]), parameter, words.strip(), into, question)
+
+
+#: What a question asks for about a thing, not the thing: a search of these
+#: words alone finds no note about what the question names.
+_AIMS = frozenset(
+    {"bill", "bills", "cost", "costs", "price", "prices", "budget", "budgets"}
+    | {"total", "sum", "amount", "money", "spend", "spending", "figure", "figures"}
+    | {"number", "expense", "expenses"}
+)
+#: Words of an English question that name nothing a note is about.
+_FUNCTION_WORDS = frozenset(
+    {"what", "whats", "which", "when", "where", "does", "will", "would", "could"}
+    | {"should", "much", "many", "tell", "give", "show", "please", "about", "from"}
+    | {"with", "that", "this", "these", "those", "them", "their", "there", "both"}
+    | {"have", "need", "into", "than", "then", "also", "each", "other", "notes"}
+    | {"note"}
+)
+
+
+def _only_aims(words: str) -> bool:
+    """True when every word of a search is an aim (:data:`_AIMS`)."""
+    tokens = _LATIN_WORD.findall(words)
+    return (
+        bool(tokens)
+        and not _HAN.search(words)
+        and all(token.lower() in _AIMS for token in tokens)
     )
+
+
+def _subject_words(question: str) -> str:
+    """The words of an English question that may name what it is about: those of
+    four letters or more that are no aim and no function word, at most
+    :data:`MAX_TRANSLATED_WORDS`; empty for a question in Chinese."""
+    if _HAN.search(question):
+        return ""
+    kept = [
+        word.lower()
+        for word in _LATIN_WORD.findall(question.replace("'", ""))
+        if len(word) >= 4
+        and word.lower() not in _AIMS
+        and word.lower() not in _FUNCTION_WORDS
+    ]
+    return " ".join(list(dict.fromkeys(kept))[:MAX_TRANSLATED_WORDS])
 
 
 #: A word of a search: a run of Latin letters or digits, or of Chinese characters.

@@ -19,6 +19,9 @@ searches) and applied by ``localmodel.handler`` in assistant mode:
   answered when no note found speaks of a span of time, a date or a person is
   asked again with that said, and answered plainly if the model says it again
   (:data:`UNSTATED`).
+- **A figure no note gives.** An answer asked for after a call made again that
+  still gives a number nothing holds is asked again with the notes found said,
+  and answered plainly if the model gives it again (:func:`invented_figure`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from localmodel.chatformat import (
     _this_turn,
     asker_language,
     last_user_text,
+    made_up_numbers,
 )
 
 # Numbers joined by + * / × ÷ (or a minus with spaces around it: not a date).
@@ -544,6 +548,101 @@ def person_not_given(
 
 #: The rules above, in the order the handler applies them.
 UNSTATED = (span_not_given, date_not_given, person_not_given)
+
+
+#: Chinese numerals as a note writes them (七天, 十二个月, 两周), and their values.
+_HAN_DIGITS = {
+    "零": 0,
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+}
+_HAN_UNITS = {"十": 10, "百": 100, "千": 1000}
+_HAN_NUMERAL = re.compile(r"[零一二两三四五六七八九十百千]+")
+
+
+def _han_value(numeral: str) -> int:
+    """The value of a Chinese numeral of digits and 十 百 千 (七, 十二, 三百五十)."""
+    total = digit = 0
+    for char in numeral:
+        if char in _HAN_UNITS:
+            total += (digit or 1) * _HAN_UNITS[char]
+            digit = 0
+        else:
+            digit = digit * 10 + _HAN_DIGITS[char] if digit else _HAN_DIGITS[char]
+    return total + digit
+
+
+def _worked_out(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """What an answer may state beside the figures written out: the notes'
+    Chinese numerals as digits ("7 days" for 七天), each expression's value, and
+    the sum and difference of every two (a total worked out in the head is the
+    calculation rules' business, not a made-up figure)."""
+    known = {
+        str(_han_value(numeral))
+        for text in found_notes(messages).values()
+        for numeral in _HAN_NUMERAL.findall(text)
+    }
+    values = [
+        v
+        for v in (_evaluate(e) for e in _found_expressions(messages).values())
+        if v is not None
+    ]
+    for value in values:
+        known |= _spelled(value)
+    for i, first in enumerate(values):
+        for second in values[i + 1 :]:
+            for value in (first + second, abs(first - second)):
+                known |= _spelled(value)
+    if values:
+        known |= _spelled(sum(values))
+    return known
+
+
+_FIGURE_NOT_FOUND = {
+    "zh": "笔记里没有这个数字：找到的笔记（{titles}）没有给出。",
+    "en": "The notes do not give that figure: the notes found ({titles}) do not say.",
+}
+
+
+def invented_figure(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> Misread | None:
+    """What to tell the model when an answer gives a figure that no note found,
+    no tool result and no word of the user holds, nor any sum or difference of
+    the notes' figures: "How many gigabytes of logs does the logging system
+    store?" was answered "approximately 10 gigabytes" (3 of 3), after the
+    made-up-number check had asked for a call and the model had made a search
+    again. None when nothing was found (the rule for searches that all missed
+    answers that) or every number is accounted for."""
+    if calls or not content:
+        return None
+    notes = found_notes(messages)
+    if not notes:
+        return None
+    invented = sorted(set(made_up_numbers(content, messages)) - _worked_out(messages))
+    if not invented:
+        return None
+    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
+    return Misread(
+        note=(
+            f"No note found gives {', '.join(invented)} ({listing}). Answer only "
+            "with what these notes say; if they do not give what the question "
+            "asks, tell the user the notes do not say."
+        ),
+        plain=_FIGURE_NOT_FOUND[asker_language(messages)].format(
+            titles="、".join(notes)
+        ),
+    )
 
 
 def uncomputed_expression(

@@ -337,6 +337,16 @@ def reach_tools_chat_handler(
         # answers of a turn with figures come this way).
         logger.warning("local model: a call made again; asked for the answer")
         reply, completion = over_figures(*generate(plan("none")))
+        invented = figures.invented_figure(reply.content, reply.tool_calls, messages)
+        if invented is not None:
+            # A figure nothing holds, after a call was asked for and the model
+            # made one again: asked with the notes found said, then answered
+            # plainly if it gives one again.
+            logger.warning("local model: invented_figure; asked for the answer")
+            reply, completion = told("none", invented.note)
+            if figures.invented_figure(reply.content, reply.tool_calls, messages):
+                logger.warning("local model: invented_figure again; answered plainly")
+                reply = chatformat.ParsedReply(content=invented.plain, tool_calls=[])
     if (
         assistant
         and auto_choice

@@ -1385,3 +1385,78 @@ def test_the_question_written_back_is_asked_again(monkeypatch):
     )
     assert result["choices"][0]["message"]["content"].startswith("It comes to 740.")
     assert answering.ANSWER_IT in prompts[-1].decode()
+
+
+# -- notes-sealed10's made-up size after a call made again ------------------------
+
+GIGABYTES = "How many gigabytes of logs does the logging system store?"
+
+
+def test_a_figure_nothing_holds_is_found_and_the_notes_own_figures_are_not():
+    turn = searched(GIGABYTES, "logging system 日志系统", [LOGGING])
+    invented = figures.invented_figure("About 10 gigabytes of logs.", [], turn)
+    assert invented is not None
+    assert "No note found gives 10" in invented.note and "保留最近七天" in invented.note
+    assert invented.plain == (
+        "The notes do not give that figure: the notes found (日志系统) do not say."
+    )
+    # 七天 is seven days, in digits too; a call is no answer; nothing found is
+    # the rule for searches that all missed.
+    assert figures.invented_figure("Logs are kept for 7 days.", [], turn) is None
+    assert figures.invented_figure(None, [calculate("10 * 1")], turn) is None
+    missed = searched(GIGABYTES, "gigabytes", MISSED)
+    assert figures.invented_figure("About 10 gigabytes.", [], missed) is None
+
+
+def test_a_total_worked_out_in_the_head_is_no_invented_figure():
+    both = searched("What do both plans cost together?", "预算", BUDGET_NOTES)
+    assert figures.invented_figure("Together they cost 1828.", [], both) is None
+    assert figures.invented_figure("The gap is 348.", [], both) is None
+    assert figures.invented_figure("The caching rework costs 1088.", [], both) is None
+    assert figures.invented_figure("Together they cost 1900.", [], both) is not None
+    kept = [{"title": "日志", "content": "保留十二个月"}]
+    zh = searched("日志保留几个月？", "日志", kept)
+    assert figures.invented_figure("日志保留 12 个月。", [], zh) is None
+
+
+def test_a_figure_invented_after_a_call_made_again_is_told_then_answered_plainly(
+    monkeypatch,
+):
+    """The made-up-number check asked for a call, the model searched again,
+    and the answer asked for then gave the made-up size again (3 of 3)."""
+    turn = searched(GIGABYTES, "logging system 日志系统", [LOGGING])
+    size = "message:\nThe logging system stores approximately 10 gigabytes of logs."
+    again = 'functions.search_notes:\n{"query": "logging system 日志系统"}'
+    result, prompts = prompted(monkeypatch, [size, again, size, size], turn)
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes do not give that figure: the notes found (日志系统) do not say."
+    )
+    assert "No note found gives 10" in prompts[-1].decode()
+    # Told, and answered rightly: that answer stands.
+    right = "message:\nThe notes do not say how much the logging system stores."
+    result, _ = prompted(monkeypatch, [size, again, size, right], turn)
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes do not say how much"
+    )
+
+
+# -- notes-sealed10's "bill": a search of what the question wants ----------------
+
+BILL = "If we fund both the caching rework and the search experiment, what's the bill?"
+
+
+def test_a_search_of_the_questions_aim_alone_is_tried_with_its_subject():
+    """ "bill" was searched, found nothing, and was translated to 账单, which
+    found nothing either (2 of 3): the question's own words are tried instead."""
+    miss = answering.missed_search(searched(BILL, "bill", NOTHING_MATCHED), TOOLS)
+    assert miss == answering.Miss(
+        "search_notes", "query", "fund caching rework search experiment", "zh", BILL
+    )
+    # Words that name something are translated as they are.
+    named = answering.missed_search(
+        searched(BILL, "caching rework bill", NOTHING_MATCHED), TOOLS
+    )
+    assert named is not None and named.words == "caching rework bill"
+    # A Chinese question is searched by its own words: no subject to take.
+    zh = searched("两个方案一共花多少？", "budget", NOTHING_MATCHED)
+    assert answering.missed_search(zh, TOOLS) is None
