@@ -578,6 +578,24 @@ def repeats_question(
     return len(said) - len(question) < 10
 
 
+#: A name in code (``search_experiment_budget``): no sentence.
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")
+
+SAY_IT = (
+    "Your reply was a name, not an answer. Answer the user's question now in a "
+    "sentence, from the results above, in the user's language."
+)
+
+
+def identifier_as_answer(content: str | None) -> bool:
+    """True when the whole answer is one name in code: asked to work out the
+    search experiment's budget, with 740 and 1088 calculated, the model answered
+    ``search_experiment_budget`` (3 of 3)."""
+    return bool(content) and bool(
+        _IDENTIFIER.fullmatch((content or "").strip(" .`'\""))
+    )
+
+
 def _bare(text: str) -> str:
     return re.sub(r"[\W_]+", "", text).lower()
 

@@ -15,10 +15,10 @@ searches) and applied by ``localmodel.handler`` in assistant mode:
 - **A figure belongs to its note.** Another note's figure given for the note
   asked about, which has none, is asked again as the answer with that said
   (:func:`figure_of_another_note`).
-- **A kind of fact no note gives.** A "how long", a "when is it due" or a "who"
-  answered when no note found speaks of a span of time, a date or a person is
-  asked again with that said, and answered plainly if the model says it again
-  (:data:`UNSTATED`).
+- **A kind of fact no note gives.** A "how long", a "when is it due", a "who" or
+  a "how many people" answered when no note found speaks of a span of time, a
+  date, a person or a headcount is asked again with that said, and answered
+  plainly if the model says it again (:data:`UNSTATED`).
 - **A figure no note gives.** An answer asked for after a call made again that
   still gives a number nothing holds is asked again with the notes found said,
   and answered plainly if the model gives it again (:func:`invented_figure`).
@@ -485,6 +485,26 @@ _PERSON = _Kind(
 )
 
 
+#: How many people do something, and a person, a team or a headcount as a note
+#: writes one.
+_HEADCOUNT = _Kind(
+    asks=re.compile(
+        r"(?i)\bhow many (?:people|persons|engineers|developers|members|staff|"
+        r"employees|workers|teams)\b|\bheadcount\b|多少人|几个人|几名|几位|多少名|多少位"
+    ),
+    spoken=re.compile(_PERSON.spoken.pattern + r"|\bpeople\b|\bheadcount\b|人"),
+    what="how many people: no person, team or headcount",
+    tell="how many people",
+    plain={
+        "zh": "笔记里没有提到人数：找到的笔记（{titles}）没有说有多少人。",
+        "en": (
+            "The notes do not say how many people: the notes found ({titles}) "
+            "name no person, team or headcount."
+        ),
+    },
+)
+
+
 def _not_given(
     kind: _Kind,
     content: str | None,
@@ -546,8 +566,19 @@ def person_not_given(
     return _not_given(_PERSON, content, calls, messages)
 
 
+def headcount_not_given(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> Misread | None:
+    """A "how many people" answered when no note found names a person, a team
+    or a headcount: "How many engineers are working on the search experiment?"
+    was answered "There are 740 engineers" (its budget, 3 of 3)."""
+    return _not_given(_HEADCOUNT, content, calls, messages)
+
+
 #: The rules above, in the order the handler applies them.
-UNSTATED = (span_not_given, date_not_given, person_not_given)
+UNSTATED = (span_not_given, date_not_given, person_not_given, headcount_not_given)
 
 
 #: Chinese numerals as a note writes them (七天, 十二个月, 两周), and their values.

@@ -358,6 +358,15 @@ def reach_tools_chat_handler(
         reply, completion = over_figures(*told("none", answering.ANSWER_IT))
     if (
         assistant
+        and auto_choice
+        and not reply.tool_calls
+        and answering.identifier_as_answer(reply.content)
+    ):
+        # A name in code as the whole answer: asked once for a sentence.
+        logger.warning("local model: a name as the answer; asked again")
+        reply, completion = over_figures(*told("none", answering.SAY_IT))
+    if (
+        assistant
         and not reply.tool_calls
         and answering.echoed_hint(reply.content, messages)
     ):

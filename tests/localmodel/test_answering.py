@@ -1460,3 +1460,78 @@ def test_a_search_of_the_questions_aim_alone_is_tried_with_its_subject():
     # A Chinese question is searched by its own words: no subject to take.
     zh = searched("两个方案一共花多少？", "budget", NOTHING_MATCHED)
     assert answering.missed_search(zh, TOOLS) is None
+
+
+# -- notes-sealed11's misses -----------------------------------------------------
+
+HEADCOUNT = "How many engineers are working on the search experiment?"
+
+
+def test_a_headcount_no_note_gives_is_caught_and_one_a_note_gives_is_not():
+    turn = worked_out(
+        searched(HEADCOUNT, "搜索实验", BUDGET_NOTES[:1]), ("500 + 240", 740)
+    )
+    misread = figures.headcount_not_given(
+        "There are 740 engineers working on the search experiment.", [], turn
+    )
+    assert misread is not None
+    assert "how many people" in misread.note and "500 + 240" in misread.note
+    assert misread.plain.startswith("The notes do not say how many people")
+    # The plain answer is one no rule asks again.
+    assert all(rule(misread.plain, [], turn) is None for rule in figures.UNSTATED)
+    staffed = searched(
+        HEADCOUNT, "搜索实验", [{"title": "搜索实验", "content": "三人负责"}]
+    )
+    assert figures.headcount_not_given("Three engineers.", [], staffed) is None
+    zh = searched("搜索实验有多少人？", "搜索实验", BUDGET_NOTES[:1])
+    told = figures.headcount_not_given("搜索实验有740人。", [], zh)
+    assert told is not None and told.plain.startswith("笔记里没有提到人数")
+
+
+def test_a_headcount_answered_with_a_budget_is_told_then_answered_plainly(
+    monkeypatch,
+):
+    turn = worked_out(
+        searched(HEADCOUNT, "搜索实验", BUDGET_NOTES[:1]), ("500 + 240", 740)
+    )
+    made_up = "message:\nThere are 740 engineers working on the search experiment."
+    result, prompts = prompted(monkeypatch, [made_up, made_up], turn)
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes do not say how many people: the notes found (搜索实验)"
+    )
+    assert "do not say how many people" in prompts[-1].decode()
+
+
+WORK_OUT = "Work out the search experiment's budget for me."
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        ("search_experiment_budget", True),
+        ("`search_experiment_budget`.", True),
+        ("The search experiment's budget is 740.", False),
+        ("Redis", False),
+        ("740", False),
+        ("", False),
+    ],
+)
+def test_a_name_in_code_as_the_whole_answer_is_found(answer, named):
+    assert answering.identifier_as_answer(answer) is named
+
+
+def test_a_name_as_the_answer_is_asked_again_for_a_sentence(monkeypatch):
+    """Both budgets calculated, the model answered search_experiment_budget
+    (3 of 3)."""
+    turn = worked_out(
+        searched(WORK_OUT, "search experiment budget 实验预算", BUDGET_NOTES),
+        ("500 + 240", 740),
+        ("128 * 6 + 320", 1088),
+    )
+    result, prompts = prompted(
+        monkeypatch,
+        ["message:\nsearch_experiment_budget", "message:\nThe budget is 740."],
+        turn,
+    )
+    assert result["choices"][0]["message"]["content"].startswith("The budget is 740.")
+    assert "Your reply was a name, not an answer" in prompts[-1].decode()
