@@ -114,7 +114,7 @@ chaos: install
 lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy engine
+	$(PY) -m mypy engine localmodel
 	$(VENV)/bin/lint-imports
 
 clean:

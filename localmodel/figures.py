@@ -74,7 +74,7 @@ def _value(node: ast.AST) -> float:
     if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
         return float(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        return _OPERATORS[type(node.op)](_value(node.left), _value(node.right))
+        return float(_OPERATORS[type(node.op)](_value(node.left), _value(node.right)))
     raise ValueError("not plain arithmetic")
 
 

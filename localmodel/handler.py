@@ -387,7 +387,7 @@ def reach_tools_chat_handler(
         if chatformat.made_up_numbers(reply.content, messages):
             logger.warning("local model: a figure after every search missed")
             reply = chatformat.ParsedReply(content=plain, tool_calls=[])
-        elif not answering.says_none(reply.content):
+        elif not answering.says_none(reply.content or ""):
             logger.warning("local model: an answer after every search missed")
             reply = chatformat.ParsedReply(
                 content=f"{plain}\n\n{reply.content}", tool_calls=[]
