@@ -36,6 +36,7 @@ from typing import Any
 from localmodel.answering import (
     _calls_by_id,
     _found_nothing,
+    _is_search,
     _known_numbers,
     _result,
     _search_answered,
@@ -46,6 +47,7 @@ from localmodel.answering import (
 )
 from localmodel.chatformat import (
     _HAN,
+    _LATIN_WORD,
     _RESULT_ROLES,
     _bigrams,
     _numbers,
@@ -308,6 +310,13 @@ def figure_of_another_note(
         # system cost?" found 日志系统 alone, and was answered "$10,000 per
         # year", 3 of 3).
         asked = list(notes)
+    if not asked:
+        # Nor when the turn's searches name one note found: "What is the
+        # logging system's budget?" searched "logging system budget 日志系统预算",
+        # which found all three notes and names 日志系统 alone, and was answered
+        # "740 units" (the search experiment's, 3 of 3).
+        said = _searched_words(messages)
+        asked = [title for title in notes if title in said]
     if len(asked) != 1:
         return None
     subject = asked[0]
@@ -341,6 +350,150 @@ def figure_of_another_note(
             f"{subject} gives none."
         ),
         plain=_NO_SUCH_FIGURE[asker_language(messages)].format(subject=subject),
+    )
+
+
+def _searched_words(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The words of this turn's search calls, one string."""
+    return " ".join(
+        " ".join(_strings(call.get("arguments")))
+        for call in _calls_by_id(_this_turn(messages)).values()
+        if _is_search(str(call.get("name") or ""))
+    )
+
+
+#: A question that asks for a figure (or for a span, a date or a person, which
+#: the rules below look after): the calculator may well answer it.
+_ASKS_NUMBER = re.compile(
+    r"(?i)\b(?:budgets?|costs?|prices?|spend|spent|total|sum|amount|worth|bill|"
+    r"money|pay|expression|figures?|numbers?|calculat\w*|comput\w*|work out|add|"
+    r"plus|minus|difference|gap|cheaper|costlier|exceeds?|more|less|larger|"
+    r"largest|bigger|biggest|smaller|higher|highest|lower|lowest|most|least|much|"
+    r"many|long|when|who|whom)\b|"
+    r"多少|几|预算|花|钱|算|总|加|减|差|贵|便宜|费|价|成本|大|小|高|低|最|多久|多长|时候|"
+    r"何时|谁|\d"
+)
+
+_NOTES_SAY = {
+    "zh": "找到的笔记写道：{listing}",
+    "en": "The notes found say: {listing}",
+}
+
+
+def _calculated(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The results of this turn's ``calculate`` calls, as an answer writes them."""
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    values: set[str] = set()
+    for message in turn:
+        if message.get("role") not in _RESULT_ROLES:
+            continue
+        call = calls.get(str(message.get("tool_call_id") or ""))
+        value = _result(message)
+        if (
+            call is not None
+            and call.get("name") == "calculate"
+            and isinstance(value, dict)
+            and isinstance(value.get("result"), int | float)
+        ):
+            values |= _spelled(float(value["result"]))
+    return values
+
+
+def figure_not_asked(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> Misread | None:
+    """What to tell the model when the question asks for no figure (nor a span,
+    a date or a person) and the reply calculates one, or answers with a result
+    of the calculator: "What does the team plan to put in Redis?" found the
+    caching note, calculated its budget and was answered "The team plans to put
+    1088 in Redis" (3 of 3). Answered with what the notes found say if it does
+    so again. None otherwise."""
+    if _ASKS_NUMBER.search(last_user_text(messages)):
+        return None
+    notes = found_notes(messages)
+    if not notes:
+        return None
+    calculating = any(
+        (c.get("function") or {}).get("name") == "calculate" for c in calls
+    )
+    if not calculating and (calls or not content):
+        return None
+    if not calculating and not _calculated(messages) & _numbers(content or ""):
+        return None
+    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
+    return Misread(
+        note=(
+            "The question asks for no figure: it asks what the notes say. The notes "
+            f"found: {listing} Answer the user's question from them in a sentence, "
+            "with no calculation."
+        ),
+        plain=_NOTES_SAY[asker_language(messages)].format(listing=listing),
+    )
+
+
+#: "Which database …", 用的是哪个数据库？: the thing asked for, to be looked for
+#: in the notes found (a Chinese one only at the question's end, where the word
+#: ends; an English one after "which" or "what").
+_WHICH_ZH = re.compile(
+    r"(?:哪个|哪种|哪一个|哪一种|哪款|哪家|什么)([\u4e00-\u9fff]{2,4})[？?。！!\s]*$"
+)
+_WHICH_EN = re.compile(r"(?i)\b(?:which|what)\s+([a-z]{4,})\b")
+#: What the question may ask for that a note answers without naming it: the note
+#: itself, a plan, a time or a person (their own rules), a kind of thing.
+_NOT_A_THING = frozenset(
+    {"笔记", "方案", "项目", "计划", "文档", "记录", "时候", "时间", "日期", "团队"}
+    | {"东西", "内容", "意思", "作用", "用途", "情况", "问题", "工具", "技术", "方法"}
+    | {"方式", "办法", "系统", "数据", "预算", "费用"}
+    | {"note", "notes", "plan", "plans", "project", "projects", "thing", "things"}
+    | {"kind", "sort", "type", "tool", "tools", "does", "will", "would", "should"}
+    | {"could", "were", "have", "about", "time", "team", "budget", "cost"}
+)
+
+
+def _latin_note(text: str) -> bool:
+    """True when a note is written in a Latin script (more letters than Chinese
+    characters): only there can an English word be looked for."""
+    return len("".join(_LATIN_WORD.findall(text))) > len(_HAN.findall(text))
+
+
+def thing_not_named(
+    content: str | None,
+    calls: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """What to tell the model when the question asks which thing of a kind
+    (a database, a language) and no note found names that kind, in a note of
+    the question's script, and the answer does not say the notes do not:
+    日志系统用的是哪个数据库？ was answered with the logging note's words about
+    rotating files (3 of 3). Told only, never answered for it: a note may name a
+    thing of that kind without the kind's word (Redis, for a database)."""
+    if calls or not content or says_none(content):
+        return None
+    question = last_user_text(messages)
+    notes = found_notes(messages)
+    if not notes:
+        return None
+    match = _WHICH_ZH.search(question)
+    if match is not None:
+        kind = match.group(1)
+        texts = [f"{t} {x}" for t, x in notes.items()]
+    else:
+        match = _WHICH_EN.search(question)
+        if match is None:
+            return None
+        kind = match.group(1).lower().removesuffix("s")
+        texts = [f"{t} {x}".lower() for t, x in notes.items() if _latin_note(x)]
+        if len(texts) != len(notes):
+            return None
+    if kind in _NOT_A_THING or any(kind in text for text in texts):
+        return None
+    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
+    return (
+        f"No note found names a {kind} ({listing}). If they do not say which "
+        f"{kind}, tell the user the notes do not say."
     )
 
 

@@ -191,9 +191,14 @@ def reach_tools_chat_handler(
         again with a note on what went wrong)."""
         if not (assistant and auto_choice):
             return reply, completion
-        for rule in (figures.figure_of_another_note, *figures.UNSTATED):
-            # A figure the note asked about does not give (another note's
-            # budget), or a span, a date or a person no note found speaks of:
+        for rule in (
+            figures.figure_not_asked,
+            figures.figure_of_another_note,
+            *figures.UNSTATED,
+        ):
+            # A figure the question does not ask for, a figure the note asked
+            # about does not give (another note's budget), or a span, a date, a
+            # person or a headcount no note found speaks of:
             # asked for the answer with that said, and answered plainly if the
             # model says it again.
             misread = rule(reply.content, reply.tool_calls, reading)
@@ -204,6 +209,12 @@ def reach_tools_chat_handler(
             if rule(reply.content, reply.tool_calls, reading) is not None:
                 logger.warning("local model: %s again; answered plainly", rule.__name__)
                 reply = chatformat.ParsedReply(content=misread.plain, tool_calls=[])
+        named = figures.thing_not_named(reply.content, reply.tool_calls, reading)
+        if named is not None:
+            # "Which database", and no note found names one: told once (a note
+            # may name one without the word, so no plain answer is given).
+            logger.warning("local model: thing_not_named; asked for the answer")
+            reply, completion = told("none", named)
         apart = figures.uncomputed_difference(reply.content, reply.tool_calls, reading)
         if apart is not None:
             # Two figures found for a difference, and a reply without it: the
