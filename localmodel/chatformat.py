@@ -606,11 +606,15 @@ def plan_request(
     # And an English question in Chinese after reading a Chinese note ("计算结果是
     # 1088。" for "When is the caching rework due?"): its answer starts in
     # English.
+    # So does an answer asked again with a note after the results (the
+    # handler's ``told``): told that no note names a person, the model answered
+    # 缓存改造的负责人是谁？ in English (3 of 3).
+    last: Mapping[str, Any] = next(
+        (m for m in reversed(messages) if m.get("role") != "system"), {}
+    )
     answer_script = (
         answer_language(messages)
-        if tool_first
-        and bool(messages)
-        and messages[-1].get("role") in ("tool", "function")
+        if tool_first and last.get("role") in _RESULT_ROLES
         else None
     )
     return RequestPlan(

@@ -679,3 +679,15 @@ def test_an_answer_to_an_english_question_starts_in_english() -> None:
         plan_request(english[:2], TOOLS, "auto", tool_first=True),
     ):
         assert "[A-Za-eg-z]" not in (plan.grammar or "")
+
+
+def test_an_answer_asked_again_with_a_note_starts_in_the_askers_language_too():
+    """Told that no note found names a person, the model answered 缓存改造的
+    负责人是谁？ in English (3 of 3): the note after the results hid them."""
+    told = [*CONVERSATION, {"role": "system", "content": "No note names a person."}]
+    plan = plan_request(told, TOOLS, "none", tool_first=True)
+    assert '"message:" "\\n"? [\u4e00-\u9fff]' in (plan.grammar or "")
+    # A note after the user's message alone is no result: no first letter.
+    asked = [*CONVERSATION[:2], {"role": "system", "content": "Be brief."}]
+    plan = plan_request(asked, TOOLS, "auto", tool_first=True)
+    assert "[\u4e00-\u9fff]" not in (plan.grammar or "")
