@@ -28,7 +28,7 @@ import llama_cpp
 from llama_cpp import llama_chat_format
 from llama_cpp.llama_grammar import LlamaGrammar
 
-from localmodel import CHAT_FORMAT, answering, chatformat, figures
+from localmodel import CHAT_FORMAT, answering, chatformat, figures, unstated
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ def reach_tools_chat_handler(
         for rule in (
             figures.figure_not_asked,
             figures.figure_of_another_note,
-            *figures.UNSTATED,
+            *unstated.UNSTATED,
         ):
             # A figure the question does not ask for, a figure the note asked
             # about does not give (another note's budget), or a span, a date, a
@@ -209,7 +209,7 @@ def reach_tools_chat_handler(
             if rule(reply.content, reply.tool_calls, reading) is not None:
                 logger.warning("local model: %s again; answered plainly", rule.__name__)
                 reply = chatformat.ParsedReply(content=misread.plain, tool_calls=[])
-        named = figures.thing_not_named(reply.content, reply.tool_calls, reading)
+        named = unstated.thing_not_named(reply.content, reply.tool_calls, reading)
         if named is not None:
             # "Which database", and no note found names one: told once (a note
             # may name one without the word, so no plain answer is given).
@@ -348,14 +348,14 @@ def reach_tools_chat_handler(
         # answers of a turn with figures come this way).
         logger.warning("local model: a call made again; asked for the answer")
         reply, completion = over_figures(*generate(plan("none")))
-        invented = figures.invented_figure(reply.content, reply.tool_calls, messages)
+        invented = unstated.invented_figure(reply.content, reply.tool_calls, messages)
         if invented is not None:
             # A figure nothing holds, after a call was asked for and the model
             # made one again: asked with the notes found said, then answered
             # plainly if it gives one again.
             logger.warning("local model: invented_figure; asked for the answer")
             reply, completion = told("none", invented.note)
-            if figures.invented_figure(reply.content, reply.tool_calls, messages):
+            if unstated.invented_figure(reply.content, reply.tool_calls, messages):
                 logger.warning("local model: invented_figure again; answered plainly")
                 reply = chatformat.ParsedReply(content=invented.plain, tool_calls=[])
     if (

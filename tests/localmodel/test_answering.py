@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from localmodel import answering, chatformat, figures
+from localmodel import answering, chatformat, figures, unstated
 from tests.localmodel.test_leaks import CALCULATE, SEARCH, TICKET, TOOLS, ask
 
 RECALL = {
@@ -1028,20 +1028,20 @@ def test_how_long_answered_with_a_figure_no_note_gives_as_a_span_is_caught():
         ("缓存改造打算保留多少天的数据？", "缓存改造打算保留128天的数据。"),
     ):
         turn = searched(question, "搜索实验 缓存改造", BUDGET_NOTES)
-        misread = figures.span_not_given(answer, [], turn)
+        misread = unstated.span_not_given(answer, [], turn)
         assert misread is not None, question
         assert "do not say how long" in misread.note, question
 
 
 def test_how_long_with_a_note_that_gives_a_span_or_no_figure_is_let_be():
     kept = searched("日志会保留多少天？", "日志", [LOGGING])
-    assert figures.span_not_given("日志保留 7 天。", [], kept) is None
+    assert unstated.span_not_given("日志保留 7 天。", [], kept) is None
     budgets = searched("How long is the search experiment?", "搜索实验", BUDGET_NOTES)
-    assert figures.span_not_given("The notes do not say.", [], budgets) is None
-    assert figures.span_not_given(None, [calculate("500 + 240")], budgets) is None
+    assert unstated.span_not_given("The notes do not say.", [], budgets) is None
+    assert unstated.span_not_given(None, [calculate("500 + 240")], budgets) is None
     # Not a question of how long.
     cost = searched("What is the search experiment's budget?", "搜索实验", BUDGET_NOTES)
-    assert figures.span_not_given("740.", [], cost) is None
+    assert unstated.span_not_given("740.", [], cost) is None
 
 
 def test_the_handler_asks_for_the_answer_when_no_note_gives_the_span(monkeypatch):
@@ -1268,17 +1268,17 @@ def test_when_it_is_due_answered_when_no_note_gives_a_date_is_caught():
         "The caching rework is due to be finished in 1088 days.",
         "It is due once the Redis cache is in place.",
     ):
-        misread = figures.date_not_given(answer, [], turn)
+        misread = unstated.date_not_given(answer, [], turn)
         assert misread is not None, answer
         assert "do not say when" in misread.note
         assert misread.plain.startswith("The notes do not say when")
-    assert figures.date_not_given("The notes do not say when.", [], turn) is None
+    assert unstated.date_not_given("The notes do not say when.", [], turn) is None
     # A note that gives a date, and a "when" that asks for no date.
     due = {"title": "缓存改造", "content": "6月30日截止"}
     dated = searched(CACHE_DUE, "缓存", [due])
-    assert figures.date_not_given("June 30.", [], dated) is None
+    assert unstated.date_not_given("June 30.", [], dated) is None
     archive = searched("When are old logs archived?", "日志", [LOGGING])
-    assert figures.date_not_given("定时归档。", [], archive) is None
+    assert unstated.date_not_given("定时归档。", [], archive) is None
 
 
 def test_who_answered_when_no_note_names_anyone_is_caught(monkeypatch):
@@ -1286,16 +1286,16 @@ def test_who_answered_when_no_note_names_anyone_is_caught(monkeypatch):
     question = "搜索实验由谁负责？"
     turn = searched(question, "实验", BUDGET_NOTES[:1])
     made_up = "实验由比较倒排索引与向量检索的团队负责。"
-    misread = figures.person_not_given(made_up, [], turn)
+    misread = unstated.person_not_given(made_up, [], turn)
     assert misread is not None and "do not say who" in misread.note
     assert misread.plain == "笔记里没有提到负责人：找到的笔记（搜索实验）没有说是谁。"
-    assert figures.person_not_given("笔记没有说由谁负责。", [], turn) is None
+    assert unstated.person_not_given("笔记没有说由谁负责。", [], turn) is None
     owner = {"title": "搜索实验", "content": "由平台团队负责"}
     named = searched(question, "实验", [owner])
-    assert figures.person_not_given("平台团队。", [], named) is None
+    assert unstated.person_not_given("平台团队。", [], named) is None
     # "Whose" asks for a note, not a person.
     whose = searched("谁的预算更高？", "预算", BUDGET_NOTES)
-    assert figures.person_not_given("缓存改造。", [], whose) is None
+    assert unstated.person_not_given("缓存改造。", [], whose) is None
     # Said again after being told: the plain answer.
     result, _ = prompted(
         monkeypatch, [f"message:\n{made_up}", f"message:\n{made_up}"], turn
@@ -1394,7 +1394,7 @@ GIGABYTES = "How many gigabytes of logs does the logging system store?"
 
 def test_a_figure_nothing_holds_is_found_and_the_notes_own_figures_are_not():
     turn = searched(GIGABYTES, "logging system 日志系统", [LOGGING])
-    invented = figures.invented_figure("About 10 gigabytes of logs.", [], turn)
+    invented = unstated.invented_figure("About 10 gigabytes of logs.", [], turn)
     assert invented is not None
     assert "No note found gives 10" in invented.note and "保留最近七天" in invented.note
     assert invented.plain == (
@@ -1402,21 +1402,21 @@ def test_a_figure_nothing_holds_is_found_and_the_notes_own_figures_are_not():
     )
     # 七天 is seven days, in digits too; a call is no answer; nothing found is
     # the rule for searches that all missed.
-    assert figures.invented_figure("Logs are kept for 7 days.", [], turn) is None
-    assert figures.invented_figure(None, [calculate("10 * 1")], turn) is None
+    assert unstated.invented_figure("Logs are kept for 7 days.", [], turn) is None
+    assert unstated.invented_figure(None, [calculate("10 * 1")], turn) is None
     missed = searched(GIGABYTES, "gigabytes", MISSED)
-    assert figures.invented_figure("About 10 gigabytes.", [], missed) is None
+    assert unstated.invented_figure("About 10 gigabytes.", [], missed) is None
 
 
 def test_a_total_worked_out_in_the_head_is_no_invented_figure():
     both = searched("What do both plans cost together?", "预算", BUDGET_NOTES)
-    assert figures.invented_figure("Together they cost 1828.", [], both) is None
-    assert figures.invented_figure("The gap is 348.", [], both) is None
-    assert figures.invented_figure("The caching rework costs 1088.", [], both) is None
-    assert figures.invented_figure("Together they cost 1900.", [], both) is not None
+    assert unstated.invented_figure("Together they cost 1828.", [], both) is None
+    assert unstated.invented_figure("The gap is 348.", [], both) is None
+    assert unstated.invented_figure("The caching rework costs 1088.", [], both) is None
+    assert unstated.invented_figure("Together they cost 1900.", [], both) is not None
     kept = [{"title": "日志", "content": "保留十二个月"}]
     zh = searched("日志保留几个月？", "日志", kept)
-    assert figures.invented_figure("日志保留 12 个月。", [], zh) is None
+    assert unstated.invented_figure("日志保留 12 个月。", [], zh) is None
 
 
 def test_a_figure_invented_after_a_call_made_again_is_told_then_answered_plainly(
@@ -1471,20 +1471,20 @@ def test_a_headcount_no_note_gives_is_caught_and_one_a_note_gives_is_not():
     turn = worked_out(
         searched(HEADCOUNT, "搜索实验", BUDGET_NOTES[:1]), ("500 + 240", 740)
     )
-    misread = figures.headcount_not_given(
+    misread = unstated.headcount_not_given(
         "There are 740 engineers working on the search experiment.", [], turn
     )
     assert misread is not None
     assert "how many people" in misread.note and "500 + 240" in misread.note
     assert misread.plain.startswith("The notes do not say how many people")
     # The plain answer is one no rule asks again.
-    assert all(rule(misread.plain, [], turn) is None for rule in figures.UNSTATED)
+    assert all(rule(misread.plain, [], turn) is None for rule in unstated.UNSTATED)
     staffed = searched(
         HEADCOUNT, "搜索实验", [{"title": "搜索实验", "content": "三人负责"}]
     )
-    assert figures.headcount_not_given("Three engineers.", [], staffed) is None
+    assert unstated.headcount_not_given("Three engineers.", [], staffed) is None
     zh = searched("搜索实验有多少人？", "搜索实验", BUDGET_NOTES[:1])
-    told = figures.headcount_not_given("搜索实验有740人。", [], zh)
+    told = unstated.headcount_not_given("搜索实验有740人。", [], zh)
     assert told is not None and told.plain.startswith("笔记里没有提到人数")
 
 
@@ -1623,23 +1623,23 @@ WHICH_DATABASE = "日志系统用的是哪个数据库？"
 
 def test_which_thing_no_note_found_names_is_told():
     turn = searched(WHICH_DATABASE, "日志系统", [LOGGING])
-    told = figures.thing_not_named("日志系统用的是文件轮转和定时归档。", [], turn)
+    told = unstated.thing_not_named("日志系统用的是文件轮转和定时归档。", [], turn)
     assert told is not None and "No note found names a 数据库" in told
     # Said so already, or named in a note, or a kind of thing any note is: let be.
-    assert figures.thing_not_named("笔记里没有提到数据库。", [], turn) is None
+    assert unstated.thing_not_named("笔记里没有提到数据库。", [], turn) is None
     redis = searched("缓存改造用的是什么缓存？", "缓存改造", BUDGET_NOTES[1:])
-    assert figures.thing_not_named("Redis。", [], redis) is None
+    assert unstated.thing_not_named("Redis。", [], redis) is None
     plan = searched("日志用的是哪个方案？", "日志", [LOGGING])
-    assert figures.thing_not_named("日志系统。", [], plan) is None
+    assert unstated.thing_not_named("日志系统。", [], plan) is None
     # In English, only over notes written in English.
     english = [{"title": "Logs", "content": "Rotated daily, kept for a week."}]
     asked = "Which database stores the logs?"
-    told = figures.thing_not_named(
+    told = unstated.thing_not_named(
         "Rotated daily.", [], searched(asked, "logs", english)
     )
     assert told is not None and "names a database" in told
     chinese = searched(asked, "日志", [LOGGING])
-    assert figures.thing_not_named("File rotation.", [], chinese) is None
+    assert unstated.thing_not_named("File rotation.", [], chinese) is None
 
 
 def test_which_thing_is_told_once_and_the_told_answer_stands(monkeypatch):
