@@ -404,10 +404,11 @@ def figure_not_asked(
 ) -> Misread | None:
     """What to tell the model when the question asks for no figure (nor a span,
     a date or a person) and the reply calculates one, or answers with a result
-    of the calculator: "What does the team plan to put in Redis?" found the
-    caching note, calculated its budget and was answered "The team plans to put
-    1088 in Redis" (3 of 3). Answered with what the notes found say if it does
-    so again. None otherwise."""
+    of the calculator, or with a note's expression: "What does the team plan to
+    put in Redis?" found the caching note, calculated its budget and was
+    answered "The team plans to put 1088 in Redis" (3 of 3), and, told, "The
+    team plans to put 128 * 6 + 320 in Redis". Answered with what the notes
+    found say if it does so again. None otherwise."""
     if _ASKS_NUMBER.search(last_user_text(messages)):
         return None
     notes = found_notes(messages)
@@ -418,7 +419,15 @@ def figure_not_asked(
     )
     if not calculating and (calls or not content):
         return None
-    if not calculating and not _calculated(messages) & _numbers(content or ""):
+    quoted = any(
+        _plain(expression) in _plain(content or "")
+        for expression in _found_expressions(messages).values()
+    )
+    if (
+        not calculating
+        and not quoted
+        and not _calculated(messages) & _numbers(content or "")
+    ):
         return None
     listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
     return Misread(

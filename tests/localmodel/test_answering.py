@@ -1602,6 +1602,25 @@ def test_a_calculation_for_a_question_that_asks_no_figure_is_caught():
         )
 
 
+def test_a_notes_expression_told_again_gives_what_the_notes_say(monkeypatch):
+    """Told that the question asks for no figure, the model answered "The
+    team plans to put 128 * 6 + 320 in Redis." (seen in the chat page)."""
+    turn = searched(IN_REDIS, "Redis", BUDGET_NOTES[1:])
+    quoted = "The team plans to put 128 * 6 + 320 in Redis."
+    assert figures.figure_not_asked(quoted, [], turn) is not None
+    result, _ = prompted(
+        monkeypatch,
+        [
+            'functions.calculate:\n{"expression": "128 * 6 + 320"}',
+            f"message:\n{quoted}",
+        ],
+        turn,
+    )
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes found say: 缓存改造: 使用 Redis 缓存热点查询"
+    )
+
+
 def test_a_calculated_answer_to_a_question_asking_none_is_asked_again(monkeypatch):
     turn = searched(IN_REDIS, "Redis", BUDGET_NOTES[1:])
     result, prompts = prompted(
