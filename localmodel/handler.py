@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import llama_cpp
@@ -184,6 +184,25 @@ def reach_tools_chat_handler(
         """Asked again with ``note`` to the model after what it reads."""
         return generate(plan(choice, [*reading, {"role": "system", "content": note}]))
 
+    def held_to(
+        rule: Callable[..., figures.Misread | None],
+        reply: chatformat.ParsedReply,
+        completion: Any,
+        read: Sequence[dict[str, Any]],
+    ) -> tuple[chatformat.ParsedReply, Any]:
+        """``reply``, or, when ``rule`` finds it misreads ``read``, the answer
+        asked again with the rule's note, and the rule's plain answer if the
+        model misreads it the same way again."""
+        misread = rule(reply.content, reply.tool_calls, read)
+        if misread is None:
+            return reply, completion
+        logger.warning("local model: %s; asked for the answer", rule.__name__)
+        reply, completion = told("none", misread.note)
+        if rule(reply.content, reply.tool_calls, read) is not None:
+            logger.warning("local model: %s again; answered plainly", rule.__name__)
+            reply = chatformat.ParsedReply(content=misread.plain, tool_calls=[])
+        return reply, completion
+
     def over_figures(
         reply: chatformat.ParsedReply, completion: Any
     ) -> tuple[chatformat.ParsedReply, Any]:
@@ -201,14 +220,7 @@ def reach_tools_chat_handler(
             # person or a headcount no note found speaks of:
             # asked for the answer with that said, and answered plainly if the
             # model says it again.
-            misread = rule(reply.content, reply.tool_calls, reading)
-            if misread is None:
-                continue
-            logger.warning("local model: %s; asked for the answer", rule.__name__)
-            reply, completion = told("none", misread.note)
-            if rule(reply.content, reply.tool_calls, reading) is not None:
-                logger.warning("local model: %s again; answered plainly", rule.__name__)
-                reply = chatformat.ParsedReply(content=misread.plain, tool_calls=[])
+            reply, completion = held_to(rule, reply, completion, reading)
         named = unstated.thing_not_named(reply.content, reply.tool_calls, reading)
         if named is not None:
             # "Which database", and no note found names one: told once (a note
@@ -348,16 +360,12 @@ def reach_tools_chat_handler(
         # answers of a turn with figures come this way).
         logger.warning("local model: a call made again; asked for the answer")
         reply, completion = over_figures(*generate(plan("none")))
-        invented = unstated.invented_figure(reply.content, reply.tool_calls, messages)
-        if invented is not None:
-            # A figure nothing holds, after a call was asked for and the model
-            # made one again: asked with the notes found said, then answered
-            # plainly if it gives one again.
-            logger.warning("local model: invented_figure; asked for the answer")
-            reply, completion = told("none", invented.note)
-            if unstated.invented_figure(reply.content, reply.tool_calls, messages):
-                logger.warning("local model: invented_figure again; answered plainly")
-                reply = chatformat.ParsedReply(content=invented.plain, tool_calls=[])
+        # A figure nothing holds, after a call was asked for and the model made
+        # one again: asked with the notes found said, then answered plainly if
+        # it gives one again.
+        reply, completion = held_to(
+            unstated.invented_figure, reply, completion, messages
+        )
     if (
         assistant
         and auto_choice
