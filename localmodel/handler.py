@@ -461,7 +461,7 @@ def _function(name: str) -> dict[str, Any]:
 
 def register() -> None:
     """Register the handler under ``reach-tools`` (done on import; idempotent)."""
-    registry = llama_chat_format.LlamaChatCompletionHandlerRegistry()  # type: ignore[no-untyped-call]
+    registry = llama_chat_format.LlamaChatCompletionHandlerRegistry()
     registry.register_chat_completion_handler(
         CHAT_FORMAT,
         cast(llama_chat_format.LlamaChatCompletionHandler, reach_tools_chat_handler),

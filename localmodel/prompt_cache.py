@@ -27,7 +27,7 @@ def state_bytes(state: object) -> int:
     )
 
 
-class PromptCache(LlamaRAMCache):
+class PromptCache(LlamaRAMCache):  # type: ignore[misc]
     """``LlamaRAMCache`` whose size is every byte its states hold, so that its
     capacity bounds the server's memory (the oldest states go first)."""
 

@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # back after another one ran still starts from its longest known prefix
         # (the agent's system prompt and tools, read once at warm-up). The app
         # holds its one model in a module global (no public accessor).
-        llama = llama_server._llama_proxy(args.model_alias)  # type: ignore[misc]
+        llama = llama_server._llama_proxy(args.model_alias)
         llama.set_cache(PromptCache(capacity_bytes=PROMPT_CACHE_BYTES))
     except Exception as error:  # noqa: BLE001 - report any load failure plainly
         log(f"could not load {args.model}: {error}")
