@@ -653,6 +653,11 @@ def found_notes(messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return found
 
 
+def listing(notes: Mapping[str, str]) -> str:
+    """The notes found as the rules quote them to the model: ``title: text; …``."""
+    return "; ".join(f"{title}: {text}" for title, text in notes.items())
+
+
 def error_as_answer(
     content: str | None, messages: Sequence[Mapping[str, Any]]
 ) -> str | None:
@@ -669,9 +674,8 @@ def error_as_answer(
     notes = found_notes(messages)
     if not notes:
         return None
-    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
     return (
-        f"The searches found these notes: {listing}. Answer the user's question "
+        f"The searches found these notes: {listing(notes)}. Answer the user's question "
         "from them in plain words, not as data."
     )
 

@@ -18,6 +18,7 @@ searches) and applied by ``localmodel.handler`` in assistant mode:
 - **A figure the question does not ask for** is not the answer: a calculation
   for a question that asks for none is asked again as the answer
   (:func:`figure_not_asked`).
+- **A total names every note it adds up** (:func:`calculated_source`).
 
 The facts no note gives (a span, a date, a person, a made-up figure) are
 ``localmodel.unstated``'s.
@@ -42,11 +43,13 @@ from localmodel.answering import (
     _search_tool,
     _strings,
     found_notes,
+    listing,
     says_none,
 )
 from localmodel.chatformat import (
     _HAN,
     _RESULT_ROLES,
+    SOURCE_LABEL,
     _bigrams,
     _numbers,
     _this_turn,
@@ -180,10 +183,9 @@ def uncombined_calculation(
 
 
 def _add_them_up(notes: Mapping[str, str]) -> str:
-    listing = "; ".join(f"{t}: {e}" for t, e in notes.items())
     return (
         "The question adds up the figures of several notes found: "
-        f"{listing}. Add them all up in one calculate call."
+        f"{listing(notes)}. Add them all up in one calculate call."
     )
 
 
@@ -397,6 +399,58 @@ def _calculated(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return values
 
 
+#: The label of a line naming several sources, by the asker's language.
+_SOURCES = {"zh": ("来源：", "、"), "en": ("Sources: ", ", ")}
+
+
+def calculated_source(
+    content: str | None, messages: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The line naming every note whose figures the calculation an answer gives
+    used, when the answer names none of the notes found. "总共要1828元。" after
+    ``500 + 240 + (128 * 6 + 320)`` had been cited as 缓存改造 alone (the
+    character pairs its digits share with that note). A note is used when its
+    expression, or that expression's value, is written in the call. None when no
+    calculation of this turn gave a figure the answer states."""
+    if not content:
+        return None
+    expressions = _found_expressions(messages)
+    if not expressions or any(title in content for title in found_notes(messages)):
+        return None
+    stated = _numbers(content)
+    turn = _this_turn(messages)
+    calls = _calls_by_id(turn)
+    used: list[str] = []
+    for message in turn:
+        if message.get("role") not in _RESULT_ROLES:
+            continue
+        call = calls.get(str(message.get("tool_call_id") or ""))
+        value = _result(message)
+        if (
+            call is None
+            or call.get("name") != "calculate"
+            or not isinstance(value, dict)
+            or not isinstance(value.get("result"), int | float)
+            or not _spelled(float(value["result"])) & stated
+        ):
+            continue
+        written = " ".join(_strings(call.get("arguments")))
+        for title, expression in expressions.items():
+            total = _evaluate(expression)
+            by_value = total is not None and _spelled(total) & _numbers(written)
+            if title not in used and (
+                _plain(expression) in _plain(written) or by_value
+            ):
+                used.append(title)
+    if not used:
+        return None
+    language = asker_language(messages)
+    if len(used) == 1:
+        return SOURCE_LABEL[language] + used[0]
+    label, separator = _SOURCES[language]
+    return label + separator.join(used)
+
+
 def figure_not_asked(
     content: str | None,
     calls: Sequence[Mapping[str, Any]],
@@ -429,14 +483,14 @@ def figure_not_asked(
         and not _calculated(messages) & _numbers(content or "")
     ):
         return None
-    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
+    found = listing(notes)
     return Misread(
         note=(
             "The question asks for no figure: it asks what the notes say. The notes "
-            f"found: {listing} Answer the user's question from them in a sentence, "
+            f"found: {found} Answer the user's question from them in a sentence, "
             "with no calculation."
         ),
-        plain=_NOTES_SAY[asker_language(messages)].format(listing=listing),
+        plain=_NOTES_SAY[asker_language(messages)].format(listing=found),
     )
 
 

@@ -426,7 +426,10 @@ def reach_tools_chat_handler(
             content=answering.unwrapped(reply.content), tool_calls=[]
         )
     source = (
-        chatformat.source_line(reply.content, messages)
+        # A total cites every note it adds up; another answer, the one it shares
+        # the most with.
+        figures.calculated_source(reply.content, messages)
+        or chatformat.source_line(reply.content, messages)
         if TOOL_FIRST and not reply.tool_calls
         else None
     )

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from localmodel.answering import found_notes, says_none
+from localmodel.answering import found_notes, listing, says_none
 from localmodel.chatformat import (
     _HAN,
     _LATIN_WORD,
@@ -152,11 +152,10 @@ def _not_given(
     notes = found_notes(messages)
     if not notes or any(kind.spoken.search(f"{t} {text}") for t, text in notes.items()):
         return None
-    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
     return Misread(
         note=(
-            f"No note found speaks of {kind.what} ({listing}). Tell the user the "
-            f"notes do not say {kind.tell}."
+            f"No note found speaks of {kind.what} ({listing(notes)}). Tell the "
+            f"user the notes do not say {kind.tell}."
         ),
         plain=kind.plain[asker_language(messages)].format(titles="、".join(notes)),
     )
@@ -292,11 +291,10 @@ def invented_figure(
     invented = sorted(set(made_up_numbers(content, messages)) - _worked_out(messages))
     if not invented:
         return None
-    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
     return Misread(
         note=(
-            f"No note found gives {', '.join(invented)} ({listing}). Answer only "
-            "with what these notes say; if they do not give what the question "
+            f"No note found gives {', '.join(invented)} ({listing(notes)}). Answer "
+            "only with what these notes say; if they do not give what the question "
             "asks, tell the user the notes do not say."
         ),
         plain=_FIGURE_NOT_FOUND[asker_language(messages)].format(
@@ -361,8 +359,7 @@ def thing_not_named(
             return None
     if kind in _NOT_A_THING or any(kind in text for text in texts):
         return None
-    listing = "; ".join(f"{title}: {text}" for title, text in notes.items())
     return (
-        f"No note found names a {kind} ({listing}). If they do not say which "
+        f"No note found names a {kind} ({listing(notes)}). If they do not say which "
         f"{kind}, tell the user the notes do not say."
     )

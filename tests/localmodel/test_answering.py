@@ -1675,3 +1675,65 @@ def test_which_thing_is_told_once_and_the_told_answer_stands(monkeypatch):
         "笔记里没有提到数据库。"
     )
     assert "No note found names a 数据库" in prompts[-1].decode()
+
+
+# -- a total names every note it adds up ------------------------------------------
+
+
+def totalled(question: str, expression: str, result: float) -> list[dict[str, Any]]:
+    """A turn: both budget notes found, then one calculation and its result."""
+    return [
+        *searched(question, "预算", BUDGET_NOTES),
+        {"role": "assistant", "content": None, "tool_calls": [calculate(expression)]},
+        {
+            "role": "tool",
+            "tool_call_id": "k1",
+            "content": json.dumps({"expression": expression, "result": result}),
+        },
+    ]
+
+
+BOTH = "把两个有预算的方案加在一起，总共要多少钱？"
+
+
+def test_a_total_over_two_notes_cites_both():
+    """The total had been cited as 缓存改造 alone: the pairs its digits share
+    with that note's expression were the only ones it shared with any note."""
+    turn = totalled(BOTH, "500 + 240 + (128 * 6 + 320)", 1828)
+    assert chatformat.source_line("总共要1828元。", turn) == "来源：缓存改造"
+    assert (
+        figures.calculated_source("总共要1828元。", turn) == "来源：搜索实验、缓存改造"
+    )
+    # The notes' values added up are their figures too.
+    by_value = totalled("What do both cost together?", "740 + 1088", 1828)
+    assert figures.calculated_source("1828 in all.", by_value) == (
+        "Sources: 搜索实验, 缓存改造"
+    )
+    # One note's expression worked out cites that note alone.
+    one = totalled("缓存改造的预算是多少？", "128 * 6 + 320", 1088)
+    assert figures.calculated_source("预算是1088。", one) == "来源：缓存改造"
+
+
+def test_no_total_is_cited_without_its_figure_or_with_a_note_named():
+    turn = totalled(BOTH, "500 + 240 + (128 * 6 + 320)", 1828)
+    for answer in (
+        "总共要1800元。",  # not the calculation's figure
+        "缓存改造和搜索实验一共1828。",  # names the notes itself
+        "",
+    ):
+        assert figures.calculated_source(answer, turn) is None, answer
+    # A calculation over figures of no note found cites nothing.
+    other = totalled(BOTH, "3 * 7", 21)
+    assert figures.calculated_source("21", other) is None
+
+
+def test_the_handler_cites_both_notes_under_a_total_of_two(monkeypatch):
+    result, llama = ask(
+        monkeypatch,
+        ["message:\n总共要1828元。"],
+        assistant=True,
+        messages=totalled(BOTH, "500 + 240 + (128 * 6 + 320)", 1828),
+    )
+    message = result["choices"][0]["message"]
+    assert message["content"] == "总共要1828元。\n\n来源：搜索实验、缓存改造"
+    assert len(llama.grammars) == 1
