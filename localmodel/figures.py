@@ -379,11 +379,12 @@ _NOTES_SAY = {
 }
 
 
-def _calculated(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """The results of this turn's ``calculate`` calls, as an answer writes them."""
+def _calculations(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, float]]:
+    """This turn's ``calculate`` calls that gave a figure: what each was asked
+    (its arguments, as one text) and the figure."""
     turn = _this_turn(messages)
     calls = _calls_by_id(turn)
-    values: set[str] = set()
+    done: list[tuple[str, float]] = []
     for message in turn:
         if message.get("role") not in _RESULT_ROLES:
             continue
@@ -395,7 +396,16 @@ def _calculated(messages: Sequence[Mapping[str, Any]]) -> set[str]:
             and isinstance(value, dict)
             and isinstance(value.get("result"), int | float)
         ):
-            values |= _spelled(float(value["result"]))
+            asked = " ".join(_strings(call.get("arguments")))
+            done.append((asked, float(value["result"])))
+    return done
+
+
+def _calculated(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The results of this turn's ``calculate`` calls, as an answer writes them."""
+    values: set[str] = set()
+    for _, result in _calculations(messages):
+        values |= _spelled(result)
     return values
 
 
@@ -418,23 +428,10 @@ def calculated_source(
     if not expressions or any(title in content for title in found_notes(messages)):
         return None
     stated = _numbers(content)
-    turn = _this_turn(messages)
-    calls = _calls_by_id(turn)
     used: list[str] = []
-    for message in turn:
-        if message.get("role") not in _RESULT_ROLES:
+    for written, result in _calculations(messages):
+        if not _spelled(result) & stated:
             continue
-        call = calls.get(str(message.get("tool_call_id") or ""))
-        value = _result(message)
-        if (
-            call is None
-            or call.get("name") != "calculate"
-            or not isinstance(value, dict)
-            or not isinstance(value.get("result"), int | float)
-            or not _spelled(float(value["result"])) & stated
-        ):
-            continue
-        written = " ".join(_strings(call.get("arguments")))
         for title, expression in expressions.items():
             total = _evaluate(expression)
             by_value = total is not None and _spelled(total) & _numbers(written)
