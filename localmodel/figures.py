@@ -276,10 +276,11 @@ def _han_pairs(text: str) -> set[str]:
 class Misread:
     """A reply that gives the notes a figure they do not hold: what to tell the
     model, and the plain answer to give if, told, it answers the same way (the
-    model had answered with the same budget after being told, 3 of 3)."""
+    model had answered with the same budget after being told, 3 of 3). No plain
+    answer where the rule cannot be sure of it: the told answer then stands."""
 
     note: str
-    plain: str
+    plain: str | None
 
 
 def figure_of_another_note(

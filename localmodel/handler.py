@@ -198,7 +198,8 @@ def reach_tools_chat_handler(
             return reply, completion
         logger.warning("local model: %s; asked for the answer", rule.__name__)
         reply, completion = told("none", misread.note)
-        if rule(reply.content, reply.tool_calls, read) is not None:
+        again = rule(reply.content, reply.tool_calls, read) is not None
+        if again and misread.plain is not None:
             logger.warning("local model: %s again; answered plainly", rule.__name__)
             reply = chatformat.ParsedReply(content=misread.plain, tool_calls=[])
         return reply, completion
@@ -214,19 +215,15 @@ def reach_tools_chat_handler(
             figures.figure_not_asked,
             figures.figure_of_another_note,
             *unstated.UNSTATED,
+            unstated.thing_not_named,
         ):
             # A figure the question does not ask for, a figure the note asked
-            # about does not give (another note's budget), or a span, a date, a
-            # person or a headcount no note found speaks of:
-            # asked for the answer with that said, and answered plainly if the
-            # model says it again.
+            # about does not give (another note's budget), a span, a date, a
+            # person or a headcount no note found speaks of, or "which database"
+            # when no note found names one: asked for the answer with that said,
+            # and answered plainly if the model says it again (where the rule
+            # can be sure of the plain answer).
             reply, completion = held_to(rule, reply, completion, reading)
-        named = unstated.thing_not_named(reply.content, reply.tool_calls, reading)
-        if named is not None:
-            # "Which database", and no note found names one: told once (a note
-            # may name one without the word, so no plain answer is given).
-            logger.warning("local model: thing_not_named; asked for the answer")
-            reply, completion = told("none", named)
         apart = figures.uncomputed_difference(reply.content, reply.tool_calls, reading)
         if apart is not None:
             # Two figures found for a difference, and a reply without it: the

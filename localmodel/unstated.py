@@ -12,8 +12,9 @@ assistant mode:
 - **A figure no note gives.** An answer asked for after a call made again that
   still gives a number nothing holds is asked again with the notes found said,
   and answered plainly if the model gives it again (:func:`invented_figure`).
-- **A thing of a kind no note names** ("which database") is told to the model
-  once (:func:`thing_not_named`).
+- **A thing of a kind no note names** ("which database") is told to the model,
+  and answered plainly if it answers the same way again where no note found
+  could name one without the kind's word (:func:`thing_not_named`).
 """
 
 from __future__ import annotations
@@ -322,6 +323,13 @@ _NOT_A_THING = frozenset(
 )
 
 
+#: The plain answer when no note found names a thing of the kind asked for.
+_KIND_NOT_NAMED = {
+    "zh": "笔记没有说是哪个{kind}。找到的笔记写道：{listing}",
+    "en": "The notes do not say which {kind}. The notes found say: {listing}",
+}
+
+
 def _latin_note(text: str) -> bool:
     """True when a note is written in a Latin script (more letters than Chinese
     characters): only there can an English word be looked for."""
@@ -332,13 +340,16 @@ def thing_not_named(
     content: str | None,
     calls: Sequence[Mapping[str, Any]],
     messages: Sequence[Mapping[str, Any]],
-) -> str | None:
+) -> Misread | None:
     """What to tell the model when the question asks which thing of a kind
     (a database, a language) and no note found names that kind, in a note of
     the question's script, and the answer does not say the notes do not:
     日志系统用的是哪个数据库？ was answered with the logging note's words about
-    rotating files (3 of 3). Told only, never answered for it: a note may name a
-    thing of that kind without the kind's word (Redis, for a database)."""
+    rotating files (3 of 3, and 3 of 3 again after being told). The plain answer
+    says the notes do not say which and quotes them, only where no note found
+    holds a name in Latin letters (a Chinese note may name a thing of that kind
+    without the kind's word: Redis, for a database), and never over English
+    notes, whose names look like any other word."""
     if calls or not content or says_none(content):
         return None
     question = last_user_text(messages)
@@ -349,6 +360,7 @@ def thing_not_named(
     if match is not None:
         kind = match.group(1)
         texts = [f"{t} {x}" for t, x in notes.items()]
+        sure = not any(_LATIN_WORD.search(text) for text in texts)
     else:
         match = _WHICH_EN.search(question)
         if match is None:
@@ -357,9 +369,18 @@ def thing_not_named(
         texts = [f"{t} {x}".lower() for t, x in notes.items() if _latin_note(x)]
         if len(texts) != len(notes):
             return None
+        sure = False
     if kind in _NOT_A_THING or any(kind in text for text in texts):
         return None
-    return (
-        f"No note found names a {kind} ({listing(notes)}). If they do not say which "
-        f"{kind}, tell the user the notes do not say."
+    found = listing(notes)
+    return Misread(
+        note=(
+            f"No note found names a {kind} ({found}). If they do not say which "
+            f"{kind}, tell the user the notes do not say."
+        ),
+        plain=(
+            _KIND_NOT_NAMED[asker_language(messages)].format(kind=kind, listing=found)
+            if sure
+            else None
+        ),
     )

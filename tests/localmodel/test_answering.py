@@ -1643,7 +1643,10 @@ WHICH_DATABASE = "日志系统用的是哪个数据库？"
 def test_which_thing_no_note_found_names_is_told():
     turn = searched(WHICH_DATABASE, "日志系统", [LOGGING])
     told = unstated.thing_not_named("日志系统用的是文件轮转和定时归档。", [], turn)
-    assert told is not None and "No note found names a 数据库" in told
+    assert told is not None and "No note found names a 数据库" in told.note
+    # No note found holds a name in Latin letters: the plain answer says so.
+    assert told.plain is not None
+    assert told.plain.startswith("笔记没有说是哪个数据库。找到的笔记写道：日志系统: ")
     # Said so already, or named in a note, or a kind of thing any note is: let be.
     assert unstated.thing_not_named("笔记里没有提到数据库。", [], turn) is None
     redis = searched("缓存改造用的是什么缓存？", "缓存改造", BUDGET_NOTES[1:])
@@ -1656,7 +1659,8 @@ def test_which_thing_no_note_found_names_is_told():
     told = unstated.thing_not_named(
         "Rotated daily.", [], searched(asked, "logs", english)
     )
-    assert told is not None and "names a database" in told
+    assert told is not None and "names a database" in told.note
+    assert told.plain is None  # an English note's names look like any word
     chinese = searched(asked, "日志", [LOGGING])
     assert unstated.thing_not_named("File rotation.", [], chinese) is None
 
@@ -1674,6 +1678,26 @@ def test_which_thing_is_told_once_and_the_told_answer_stands(monkeypatch):
     assert result["choices"][0]["message"]["content"].startswith(
         "笔记里没有提到数据库。"
     )
+    assert "No note found names a 数据库" in prompts[-1].decode()
+
+
+def test_which_thing_said_the_same_way_again_is_answered_plainly(monkeypatch):
+    """日志系统用的是哪个数据库？ was answered with the note's words about rotating
+    files again after being told (3 of 3)."""
+    turn = searched(WHICH_DATABASE, "日志系统", [LOGGING])
+    again = "message:\n日志系统使用文件轮转和定时归档，保留最近七天记录。"
+    result, _ = prompted(monkeypatch, [again, again], turn)
+    content = result["choices"][0]["message"]["content"]
+    assert content.startswith("笔记没有说是哪个数据库。找到的笔记写道：日志系统: ")
+
+
+def test_which_thing_a_latin_name_could_be_keeps_the_told_answer(monkeypatch):
+    # Redis may be the database the question asks for: no plain answer.
+    turn = searched("缓存改造用的是哪个数据库？", "缓存改造", BUDGET_NOTES[1:])
+    again = "message:\n缓存改造使用 Redis 缓存热点查询。"
+    result, prompts = prompted(monkeypatch, [again, again], turn)
+    content = result["choices"][0]["message"]["content"]
+    assert content.startswith("缓存改造使用 Redis 缓存热点查询。")
     assert "No note found names a 数据库" in prompts[-1].decode()
 
 
