@@ -238,6 +238,18 @@ def reach_tools_chat_handler(
             reply, completion = told(_function("calculate"), total)
         return reply, completion
 
+    def asked_again(
+        reply: chatformat.ParsedReply, completion: Any
+    ) -> tuple[chatformat.ParsedReply, Any]:
+        """An answer the model was asked for once more (after a call made again,
+        the question written back, a name as the answer): held to the figure
+        rules, and a figure nothing holds is asked with the notes found said,
+        then answered plainly if the model gives it again. "approximately 10
+        gigabytes" had come back after the question written back, where only
+        the figure rules held it (4 of 4)."""
+        reply, completion = over_figures(reply, completion)
+        return held_to(unstated.invented_figure, reply, completion, messages)
+
     def search_again(miss: answering.Miss) -> tuple[chatformat.ParsedReply, Any] | None:
         """The missed search's words translated by the model, searched again."""
         asked = answering.translation_prompt(miss)
@@ -356,13 +368,7 @@ def reach_tools_chat_handler(
         # answer, which is then held to the same rules as any answer (most
         # answers of a turn with figures come this way).
         logger.warning("local model: a call made again; asked for the answer")
-        reply, completion = over_figures(*generate(plan("none")))
-        # A figure nothing holds, after a call was asked for and the model made
-        # one again: asked with the notes found said, then answered plainly if
-        # it gives one again.
-        reply, completion = held_to(
-            unstated.invented_figure, reply, completion, messages
-        )
+        reply, completion = asked_again(*generate(plan("none")))
     if (
         assistant
         and auto_choice
@@ -371,7 +377,7 @@ def reach_tools_chat_handler(
     ):
         # The user's question written back as the answer: asked once more.
         logger.warning("local model: the question as the answer; asked again")
-        reply, completion = over_figures(*told("none", answering.ANSWER_IT))
+        reply, completion = asked_again(*told("none", answering.ANSWER_IT))
     if (
         assistant
         and auto_choice
@@ -380,7 +386,7 @@ def reach_tools_chat_handler(
     ):
         # A name in code as the whole answer: asked once for a sentence.
         logger.warning("local model: a name as the answer; asked again")
-        reply, completion = over_figures(*told("none", answering.SAY_IT))
+        reply, completion = asked_again(*told("none", answering.SAY_IT))
     if (
         assistant
         and not reply.tool_calls

@@ -1440,6 +1440,24 @@ def test_a_figure_invented_after_a_call_made_again_is_told_then_answered_plainly
     )
 
 
+def test_a_figure_invented_after_the_question_written_back_is_held_the_same(
+    monkeypatch,
+):
+    """Asked for the answer after a call made again, the model wrote the
+    question back; asked once more, it gave the made-up size, which only the
+    figure rules held (4 of 4 on c3f878c)."""
+    turn = searched(GIGABYTES, "logging system 日志系统", [LOGGING])
+    size = "message:\nThe logging system stores approximately 10 gigabytes of logs."
+    again = 'functions.search_notes:\n{"query": "logging system 日志系统"}'
+    echo = f"message:\n{GIGABYTES}"
+    result, prompts = prompted(monkeypatch, [size, again, echo, size, size], turn)
+    assert result["choices"][0]["message"]["content"].startswith(
+        "The notes do not give that figure: the notes found (日志系统) do not say."
+    )
+    assert answering.ANSWER_IT in prompts[-2].decode()
+    assert "No note found gives 10" in prompts[-1].decode()
+
+
 # -- notes-sealed10's "bill": a search of what the question wants ----------------
 
 BILL = "If we fund both the caching rework and the search experiment, what's the bill?"
