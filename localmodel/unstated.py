@@ -225,7 +225,25 @@ _HAN_DIGITS = {
     "九": 9,
 }
 _HAN_UNITS = {"十": 10, "百": 100, "千": 1000}
-_HAN_NUMERAL = re.compile(r"[零一二两三四五六七八九十百千]+")
+#: A Chinese numeral, and the time it counts when a unit follows it (七天).
+_HAN_COUNTED = re.compile(
+    r"([零一二两三四五六七八九十百千]+)(个月|小时|分钟|星期|天|日|周|月|年)?"
+)
+_DAYS = ("day", "天", "日")
+_WEEKS = ("week", "周", "星期", "个星期")
+_MONTHS = ("month", "月", "个月")
+#: The words an answer may count each unit in.
+_COUNTED_IN = {
+    "天": _DAYS,
+    "日": _DAYS,
+    "周": _WEEKS,
+    "星期": _WEEKS,
+    "月": _MONTHS,
+    "个月": _MONTHS,
+    "年": ("year", "年"),
+    "小时": ("hour", "小时", "个小时"),
+    "分钟": ("minute", "分钟"),
+}
 
 
 def _han_value(numeral: str) -> int:
@@ -240,15 +258,30 @@ def _han_value(numeral: str) -> int:
     return total + digit
 
 
-def _worked_out(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """What an answer may state beside the figures written out: the notes'
-    Chinese numerals as digits ("7 days" for 七天), each expression's value, and
-    the sum and difference of every two (a total worked out in the head is the
-    calculation rules' business, not a made-up figure)."""
+def _counted_as(number: str, units: tuple[str, ...], content: str) -> bool:
+    """True when, wherever the answer gives ``number``, the word after it (if
+    any) is one of ``units``: 七天 is "7 days", not "7 gigabytes"."""
+    given = re.compile(
+        rf"(?<![\d.,]){re.escape(number)}(?![\d]|[.,]\d)\s*([A-Za-z]+|[\u4e00-\u9fff]+)?"
+    )
+    for match in given.finditer(content):
+        word = (match.group(1) or "").lower()
+        if word and not word.startswith(units):
+            return False
+    return True
+
+
+def _worked_out(messages: Sequence[Mapping[str, Any]], content: str) -> set[str]:
+    """What ``content`` may state beside the figures written out: the notes'
+    Chinese numerals as digits, in the unit they count ("7 days" for 七天, not
+    "7 gigabytes", 1 of 4 for "how many gigabytes" on 5415b55), each
+    expression's value, and the sum and difference of every two (a total worked
+    out in the head is the calculation rules' business, not a made-up figure)."""
     known = {
         str(_han_value(numeral))
         for text in found_notes(messages).values()
-        for numeral in _HAN_NUMERAL.findall(text)
+        for numeral, unit in _HAN_COUNTED.findall(text)
+        if not unit or _counted_as(str(_han_value(numeral)), _COUNTED_IN[unit], content)
     }
     values = [
         v
@@ -289,7 +322,9 @@ def invented_figure(
     notes = found_notes(messages)
     if not notes:
         return None
-    invented = sorted(set(made_up_numbers(content, messages)) - _worked_out(messages))
+    invented = sorted(
+        set(made_up_numbers(content, messages)) - _worked_out(messages, content)
+    )
     if not invented:
         return None
     return Misread(

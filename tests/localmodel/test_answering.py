@@ -1403,6 +1403,13 @@ def test_a_figure_nothing_holds_is_found_and_the_notes_own_figures_are_not():
     # 七天 is seven days, in digits too; a call is no answer; nothing found is
     # the rule for searches that all missed.
     assert unstated.invented_figure("Logs are kept for 7 days.", [], turn) is None
+    assert unstated.invented_figure("日志保留最近7天的记录。", [], turn) is None
+    assert unstated.invented_figure("It keeps the last 7.", [], turn) is None
+    # …and counts days only: "7 gigabytes" is no figure of the note (1 of 4).
+    seven = unstated.invented_figure("About 7 gigabytes of logs.", [], turn)
+    assert seven is not None and "No note found gives 7" in seven.note
+    kept = "It keeps 7 days, about 7 gigabytes."
+    assert unstated.invented_figure(kept, [], turn) is not None
     assert unstated.invented_figure(None, [calculate("10 * 1")], turn) is None
     missed = searched(GIGABYTES, "gigabytes", MISSED)
     assert unstated.invented_figure("About 10 gigabytes.", [], missed) is None
