@@ -47,12 +47,12 @@ from localmodel.chatformat import (
     _HAN,
     _LATIN_WORD,
     _RESULT_ROLES,
-    SOURCE_LABEL,
     _numbers,
     _sole_string_parameter,
     _this_turn,
     _tool_call,
     asker_language,
+    cite,
     content_text,
     last_user_text,
 )
@@ -740,7 +740,7 @@ def searched_source(
             cited.add(items[0])
     if len(cited) != 1 or any(title in content for title in titles):
         return None
-    return SOURCE_LABEL[asker_language(messages)] + cited.pop()
+    return cite([cited.pop()], messages)
 
 
 # -- an answer wrapped as data --------------------------------------------------

@@ -210,7 +210,12 @@ def uses_tools(
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")
 
-SOURCE_LABEL = {"zh": "来源：", "en": "Source: "}
+#: The label of the line naming an answer's source, or its sources, and how
+#: several are joined, by the asker's language.
+_SOURCE_LABEL = {
+    "zh": ("来源：", "来源：", "、"),
+    "en": ("Source: ", "Sources: ", ", "),
+}
 
 
 def _bigrams(text: str) -> set[str]:
@@ -306,7 +311,13 @@ def source_line(
     best, at = max(scored, key=lambda pair: (pair[0], -pair[1]))
     if best == 0:
         return None
-    return SOURCE_LABEL[asker_language(messages)] + str(items[at]["title"])
+    return cite([str(items[at]["title"])], messages)
+
+
+def cite(titles: Sequence[str], messages: Sequence[Mapping[str, Any]]) -> str:
+    """The line naming ``titles`` as an answer's sources, in the asker's language."""
+    one, several, separator = _SOURCE_LABEL[asker_language(messages)]
+    return (one if len(titles) == 1 else several) + separator.join(titles)
 
 
 _LATIN_WORD = re.compile(r"[A-Za-z]+")

@@ -49,11 +49,11 @@ from localmodel.answering import (
 from localmodel.chatformat import (
     _HAN,
     _RESULT_ROLES,
-    SOURCE_LABEL,
     _bigrams,
     _numbers,
     _this_turn,
     asker_language,
+    cite,
     last_user_text,
 )
 
@@ -410,10 +410,6 @@ def _calculated(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return values
 
 
-#: The label of a line naming several sources, by the asker's language.
-_SOURCES = {"zh": ("来源：", "、"), "en": ("Sources: ", ", ")}
-
-
 def calculated_source(
     content: str | None, messages: Sequence[Mapping[str, Any]]
 ) -> str | None:
@@ -429,24 +425,19 @@ def calculated_source(
     if not expressions or any(title in content for title in found_notes(messages)):
         return None
     stated = _numbers(content)
+    values = {title: _evaluate(expression) for title, expression in expressions.items()}
     used: list[str] = []
     for written, result in _calculations(messages):
         if not _spelled(result) & stated:
             continue
         for title, expression in expressions.items():
-            total = _evaluate(expression)
+            total = values[title]
             by_value = total is not None and _spelled(total) & _numbers(written)
             if title not in used and (
                 _plain(expression) in _plain(written) or by_value
             ):
                 used.append(title)
-    if not used:
-        return None
-    language = asker_language(messages)
-    if len(used) == 1:
-        return SOURCE_LABEL[language] + used[0]
-    label, separator = _SOURCES[language]
-    return label + separator.join(used)
+    return cite(used, messages) if used else None
 
 
 def figure_not_asked(
