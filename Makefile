@@ -32,7 +32,7 @@ up: install
 	exec $(PY) manage.py up
 
 # The built-in eval suites (notes-local; the unseen notes-unseen, notes-heldout,
-# notes-fresh, notes-blind and notes-sealed to notes-sealed14; notes-demo: three times
+# notes-fresh, notes-blind and notes-sealed to notes-sealed15; notes-demo: three times
 # each; injection once) on the configured
 # model, the built-in one by default, on a product of their own (var/eval).
 # EVAL_ARGS="notes-demo:5" or EVAL_ARGS="-- --model other" (evals/standalone.py).

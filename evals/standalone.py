@@ -26,7 +26,7 @@ from infra.processes import spawn
 ROOT = Path(__file__).resolve().parents[1]
 #: The tuning suite (notes-local), the ones written apart from it (notes-unseen,
 #: notes-heldout, notes-fresh, notes-blind, notes-sealed, notes-sealed2,
-#: notes-sealed3 to notes-sealed14, each measured once before its failures were
+#: notes-sealed3 to notes-sealed15, each measured once before its failures were
 #: read) and the demo
 #: questions three times each, the injection suite once.
 DEFAULT_SUITES = (
@@ -49,6 +49,7 @@ DEFAULT_SUITES = (
     "notes-sealed12:3",
     "notes-sealed13:3",
     "notes-sealed14:3",
+    "notes-sealed15:3",
     "notes-demo:3",
     "injection:1",
 )
