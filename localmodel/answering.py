@@ -537,13 +537,29 @@ def _hints(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     return hints
 
 
+#: A hint's advice to search again with other words, in either language: an
+#: answer that gives it to the user repeats the hint even when translated
+#: (缓存改造什么时候上线？ was answered
+#: "无法找到与“上线 launch”相关的任何笔记。请尝试使用其他单词…", 1 of 3 in
+#: notes-sealed15, which shares no run of characters with the hint).
+_TRY_OTHER_WORDS = re.compile(
+    r"(?i)\btry (?:again )?(?:with )?(?:fewer or )?(?:other|different|another) "
+    r"(?:words?|keywords?|terms?)\b|"
+    r"(?:尝试|试试|试着|换)(?:用|使用)?(?:其他|别的|另外|不同)的?(?:单词|词语|词|关键词|关键字|术语)"
+)
+
+
 def echoed_hint(content: str | None, messages: Sequence[Mapping[str, Any]]) -> bool:
     """True when the answer repeats (a run of :data:`ECHO_CHARS` characters of)
-    the hint of a result of this turn that found nothing."""
+    the hint of a result of this turn that found nothing, or gives its advice
+    to try other words in either language."""
     if not content:
         return False
     said = re.sub(r"\s+", " ", content).lower()
-    for hint in _hints(messages):
+    hints = _hints(messages)
+    if hints and _TRY_OTHER_WORDS.search(said):
+        return True
+    for hint in hints:
         text = re.sub(r"\s+", " ", hint).lower()
         for start in range(0, max(1, len(text) - ECHO_CHARS + 1)):
             piece = text[start : start + ECHO_CHARS]

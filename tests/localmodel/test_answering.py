@@ -1786,3 +1786,84 @@ def test_the_handler_cites_both_notes_under_a_total_of_two(monkeypatch):
     message = result["choices"][0]["message"]
     assert message["content"] == "总共要1828元。\n\n来源：搜索实验、缓存改造"
     assert len(llama.grammars) == 1
+
+
+# -- notes-sealed15's misses ---------------------------------------------------------
+
+EXPERIMENT_COMES_TO = (
+    "What figure does the search experiment's budget expression come to?"
+)
+
+
+def test_another_notes_figure_for_a_note_with_its_own_is_caught():
+    """Both budget notes found by "search experiment budget 搜索实验预算", both
+    calculated, and the answer gave the caching note's 1088 (3 of 3)."""
+    turn = worked_out(
+        searched(
+            EXPERIMENT_COMES_TO, "search experiment budget 搜索实验预算", BUDGET_NOTES
+        ),
+        ("500 + 240", 740),
+        ("128 * 6 + 320", 1088),
+    )
+    wrong = "The search experiment's budget expression comes to 1088."
+    misread = figures.figure_of_another_note(wrong, [], turn)
+    assert misread is not None
+    assert "asks about 搜索实验, whose figure is 500 + 240 = 740" in misread.note
+    assert "The figures of 缓存改造 belong to those notes" in misread.note
+    assert misread.plain == "The figure for 搜索实验 is 500 + 240 = 740."
+    # The right figure, a call on the way, or an answer with no figure is let be.
+    assert figures.figure_of_another_note("It comes to 740.", [], turn) is None
+    right_and_more = "It comes to 740; the caching plan's is 1088."
+    assert figures.figure_of_another_note(right_and_more, [], turn) is None
+    assert (
+        figures.figure_of_another_note(None, [calculate("128 * 6 + 320")], turn) is None
+    )
+    assert figures.figure_of_another_note("The note gives one.", [], turn) is None
+
+
+def test_another_notes_figure_twice_gives_the_note_asked_abouts(monkeypatch):
+    turn = worked_out(
+        searched(
+            EXPERIMENT_COMES_TO, "search experiment budget 搜索实验预算", BUDGET_NOTES
+        ),
+        ("500 + 240", 740),
+        ("128 * 6 + 320", 1088),
+    )
+    wrong = "message:\nIt comes to 1088."
+    result, prompts = prompted(monkeypatch, [wrong, wrong], turn)
+    content = result["choices"][0]["message"]["content"]
+    assert content.startswith("The figure for 搜索实验 is 500 + 240 = 740.")
+    assert "Answer with 搜索实验's figure" in prompts[-1].decode()
+
+
+def test_plan_to_asks_for_no_calculation():
+    """热点查询打算用什么来缓存？ ("what do they plan to cache hot queries with?"):
+    打算 holds 算 (calculate), and the question had its budget calculated."""
+    question = "热点查询打算用什么来缓存？"
+    turn = searched(question, "热点查询", BUDGET_NOTES[1:])
+    misread = figures.figure_not_asked(None, [calculate("128 * 6 + 320")], turn)
+    assert misread is not None and "asks for no figure" in misread.note
+    assert misread.plain.startswith("找到的笔记写道：缓存改造")
+    # Asked to work it out, the calculator answers it.
+    for asked in ("缓存改造的预算算出来是多少？", "帮我算一下缓存改造的预算"):
+        costs = searched(asked, "缓存改造", BUDGET_NOTES[1:])
+        assert (
+            figures.figure_not_asked(None, [calculate("128 * 6 + 320")], costs) is None
+        ), asked
+
+
+def test_the_hints_advice_translated_is_an_echo():
+    """The English hint said in Chinese shares no run of characters with it:
+    "无法找到与“上线 launch”相关的任何笔记。请尝试使用其他单词…" (1 of 3)."""
+    turn = searched("缓存改造什么时候上线？", "上线 launch", MISSED)
+    translated = (
+        "无法找到与“上线 launch”相关的任何笔记。请尝试使用其他单词（一个名称或术语"
+        "最好；笔记可能用另一种语言写），或者告诉我笔记没有说。"
+    )
+    assert answering.echoed_hint(translated, turn)
+    assert answering.echoed_hint("Please try different keywords.", turn)
+    # Saying the notes do not say is the answer, not the hint.
+    assert not answering.echoed_hint("笔记里没有提到缓存改造的上线日期。", turn)
+    # Without a search that found nothing, such advice is no echo of a hint.
+    found = searched("缓存改造什么时候上线？", "缓存改造", BUDGET_NOTES[1:])
+    assert not answering.echoed_hint(translated, found)
