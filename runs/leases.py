@@ -5,7 +5,8 @@ A run is claimed with a guarded UPDATE that bumps its lease epoch
 owner and epoch (the :class:`Lease` the step writes and the journal carry), so a
 worker whose lease was taken over stops instead of writing beside the new owner.
 One heartbeat thread per process extends the leases it holds; on SQLite the
-writes of a process are serialised (:func:`_write_transaction`).
+writes of a process are serialised (:func:`_write_transaction`). After a dropped
+database connection, :func:`recover_connections` replaces the dead ones.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -120,11 +127,36 @@ def _claim_update(claimable: Q, task_id: Any, owner: str, now: Any) -> int:
     )
 
 
+def recover_connections() -> None:
+    """After a dropped database connection: close this thread's, and have the
+    pool test its idle ones.
+
+    psycopg_pool hands out an idle connection without knowing that the server
+    closed it (a failover, a restart, ``pg_terminate_backend``). With
+    ``CONN_HEALTH_CHECKS`` each dead one it hands out is checked, discarded and
+    followed by a backoff sleep (1 s, 2 s, 4 s...), so with a few dead
+    connections idle the next caller waits out the pool's whole timeout before
+    reaching a live one. ``check()`` tests every idle connection at once and
+    replaces the dead ones (what psycopg's maintainers advise when the event is
+    known: psycopg issue 701).
+    """
+    connection.close()
+    pool = getattr(connection, "pool", None)  # PostgreSQL with a pool only
+    if pool is not None:
+        try:
+            pool.check()
+        except Exception:  # noqa: BLE001 - the server may still be down
+            log.warning("checking the database pool failed", exc_info=True)
+
+
 class _Heartbeat:
     """One thread per process extends the leases of the runs it drives."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Held from a beat's copy of the runs to its commit: `release` waits on
+        # it, so no beat that copied a run extends its lease after it returns.
+        self._beating = threading.Lock()
         self._runs: dict[str, tuple[str, int]] = {}
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
@@ -143,26 +175,40 @@ class _Heartbeat:
         with self._lock:
             self._runs.pop(task_id, None)
 
+    def release(self, task_id: str) -> None:
+        """Stop extending a run's lease, and wait out a beat under way: after
+        this returns, a write that ends the lease is not undone by a beat."""
+        self.remove(task_id)
+        with self._beating:
+            pass
+
     def _loop(self) -> None:
         while True:
             time.sleep(settings.REACH_HEARTBEAT_S)
-            with self._lock:
-                runs = dict(self._runs)
-            if not runs:
-                continue
-            try:
-                close_old_connections()
-                expires = timezone.now() + timedelta(seconds=settings.REACH_LEASE_S)
-                with _write_transaction():
-                    for task_id, (owner, epoch) in runs.items():
-                        Task.objects.filter(
-                            pk=task_id, lease_owner=owner, lease_epoch=epoch
-                        ).update(lease_expires_at=expires)
-            except Exception:  # noqa: BLE001 - next beat tries again
-                log.warning("lease heartbeat failed", exc_info=True)
-            finally:
-                # Hold no connection between beats (a pool or the server keeps it).
-                connection.close()
+            with self._beating:
+                self._beat()
+
+    def _beat(self) -> None:
+        with self._lock:
+            runs = dict(self._runs)
+        if not runs:
+            return
+        try:
+            close_old_connections()
+            expires = timezone.now() + timedelta(seconds=settings.REACH_LEASE_S)
+            with _write_transaction():
+                for task_id, (owner, epoch) in runs.items():
+                    Task.objects.filter(
+                        pk=task_id, lease_owner=owner, lease_epoch=epoch
+                    ).update(lease_expires_at=expires)
+        except (OperationalError, InterfaceError):
+            log.warning("lease heartbeat lost its database connection", exc_info=True)
+            recover_connections()
+        except Exception:  # noqa: BLE001 - next beat tries again
+            log.warning("lease heartbeat failed", exc_info=True)
+        finally:
+            # Hold no connection between beats (a pool or the server keeps it).
+            connection.close()
 
 
 _heartbeat = _Heartbeat()
@@ -178,5 +224,6 @@ class Lease:
 
 __all__ = [
     "Lease",
+    "recover_connections",
     "task_claim",
 ]

@@ -24,7 +24,7 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -42,7 +42,7 @@ from registry.handoffs import RegistryHandoffs
 from registry.services import toolbox_for_snapshot
 from runs import ports
 from runs.journal import DjangoJournal
-from runs.leases import _heartbeat, task_claim
+from runs.leases import _heartbeat, recover_connections, task_claim
 from runs.models import Step, Task
 from runs.streaming import LiveReply
 
@@ -115,7 +115,9 @@ def task_advance(*, task_id: Any) -> AdvanceResult:
         # the connection and let the run go on from its last committed step
         # (another claim after the lease, or the reaper).
         log.warning("task %s lost its database connection; retrying", task_id)
-        connection.close()
+        recover_connections()
+        # No beat extends the lease after this: its end below stays written.
+        _heartbeat.release(str(task_id))
         with contextlib.suppress(OperationalError, InterfaceError):
             Task.objects.filter(
                 pk=task_id, lease_owner=owner, lease_epoch=epoch

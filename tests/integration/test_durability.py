@@ -286,3 +286,51 @@ def test_a_heartbeat_keeps_the_lease_of_a_live_run_and_not_of_a_fenced_one(
         assert Task.objects.get(pk=task.pk).lease_expires_at == soon
     finally:
         beat.remove(str(task.pk))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.dbsensitive
+def test_a_beat_under_way_when_a_lease_is_released_does_not_extend_it(
+    alice, demo, settings, monkeypatch
+):
+    """A worker that lost its database ends its lease so that the retry can claim
+    at once; a beat that had already copied the run (and was waiting for a
+    connection) must not write the lease back an interval ahead."""
+    settings.REACH_HEARTBEAT_S = 0.01
+    task = start(alice, demo.agent)
+    epoch = run_leases.task_claim(task_id=task.pk, owner="w1")
+    assert epoch is not None
+    in_beat, go_on = threading.Event(), threading.Event()
+    first = [True]
+
+    def a_slow_connection() -> None:
+        # The beat has copied its runs and waits here (as on an empty pool).
+        if first[0]:
+            first[0] = False
+            in_beat.set()
+            go_on.wait(10)
+        close_old_connections()
+
+    monkeypatch.setattr(run_leases, "close_old_connections", a_slow_connection)
+    beat = run_leases._Heartbeat()
+    beat.add(str(task.pk), "w1", epoch)
+    assert in_beat.wait(10)
+    released = threading.Event()
+
+    def release() -> None:
+        # What task_advance does when its connection is lost.
+        beat.release(str(task.pk))
+        Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now())
+        released.set()
+        connection.close()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    # Not a timing assertion: without the wait in release() the lease's end is
+    # written within this half second and the beat then overwrote it.
+    released.wait(0.5)
+    go_on.set()
+    releaser.join(10)
+    assert released.is_set()
+    # The beat has ended (release waited for it); nothing extends the lease now.
+    assert Task.objects.get(pk=task.pk).lease_expires_at <= timezone.now()

@@ -6,6 +6,8 @@ PostgreSQL, where a server can drop one.
 
 from __future__ import annotations
 
+import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +18,7 @@ from django.utils import timezone
 
 from approvals.services import approval_decide
 from effects.models import Outbox
+from runs import leases as run_leases
 from runs import tasks as run_tasks
 from runs.models import Task
 from tests.support.cast import EMAIL
@@ -91,6 +94,47 @@ def test_a_run_whose_connection_is_dropped_mid_step_goes_on_from_its_last_step(
     assert calculated.result["result"] == 42
     # The reply the dropped worker never wrote was asked for again, once.
     assert len(script.requests) == 3
+
+
+def idle_in_the_pool(count: int) -> None:
+    """Leave ``count`` idle connections in the pool (each thread its own, all
+    open at once, then handed back), as a worker's pool holds after a burst."""
+    barrier = threading.Barrier(count)
+
+    def hold() -> None:
+        connection.ensure_connection()
+        barrier.wait(10)
+        connection.close()
+
+    threads = [threading.Thread(target=hold) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+
+def test_after_a_dropped_connection_the_pool_hands_out_a_live_one_first(caplog):
+    """The server drops every connection, eight of them idle in the pool. The
+    pool does not know: handed out one by one, each dead one fails its check and
+    costs a backoff sleep (1, 2, 4, 8 s), so the next write (the one that ends a
+    lost run's lease, or a heartbeat) would wait out the pool's 20 s and fail.
+    recover_connections, which the worker and the heartbeat call when a
+    connection is lost, has the pool test its idle ones at once."""
+    if connection.vendor != "postgresql" or connection.pool is None:
+        pytest.skip("a pool of PostgreSQL connections only")
+    idle_in_the_pool(8)
+    assert connection.pool.get_stats()["pool_available"] >= 8
+    assert terminate_the_others() >= 8
+
+    run_leases.recover_connections()
+    caplog.set_level(logging.INFO, logger="psycopg.pool")
+    assert Task.objects.count() == 0
+
+    assert [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("connection failed check")
+    ] == []
 
 
 def test_a_parked_run_whose_enqueue_was_lost_is_requeued_exactly_once(
