@@ -1795,16 +1795,21 @@ EXPERIMENT_COMES_TO = (
 )
 
 
-def test_another_notes_figure_for_a_note_with_its_own_is_caught():
-    """Both budget notes found by "search experiment budget 搜索实验预算", both
-    calculated, and the answer gave the caching note's 1088 (3 of 3)."""
-    turn = worked_out(
+def both_budgets_worked_out() -> list[dict[str, Any]]:
+    """Both budget notes found for EXPERIMENT_COMES_TO, and both calculated."""
+    return worked_out(
         searched(
             EXPERIMENT_COMES_TO, "search experiment budget 搜索实验预算", BUDGET_NOTES
         ),
         ("500 + 240", 740),
         ("128 * 6 + 320", 1088),
     )
+
+
+def test_another_notes_figure_for_a_note_with_its_own_is_caught():
+    """Both budget notes found by "search experiment budget 搜索实验预算", both
+    calculated, and the answer gave the caching note's 1088 (3 of 3)."""
+    turn = both_budgets_worked_out()
     wrong = "The search experiment's budget expression comes to 1088."
     misread = figures.figure_of_another_note(wrong, [], turn)
     assert misread is not None
@@ -1822,13 +1827,7 @@ def test_another_notes_figure_for_a_note_with_its_own_is_caught():
 
 
 def test_another_notes_figure_twice_gives_the_note_asked_abouts(monkeypatch):
-    turn = worked_out(
-        searched(
-            EXPERIMENT_COMES_TO, "search experiment budget 搜索实验预算", BUDGET_NOTES
-        ),
-        ("500 + 240", 740),
-        ("128 * 6 + 320", 1088),
-    )
+    turn = both_budgets_worked_out()
     wrong = "message:\nIt comes to 1088."
     result, prompts = prompted(monkeypatch, [wrong, wrong], turn)
     content = result["choices"][0]["message"]["content"]
