@@ -341,9 +341,10 @@ def invented_figure(
 
 #: "Which database …", 用的是哪个数据库？: the thing asked for, to be looked for
 #: in the notes found (a Chinese one only at the question's end, where the word
-#: ends; an English one after "which" or "what").
+#: ends; an English one after "which" or "what"). 来 or 去 before a verb says
+#: what the thing is for (用什么来缓存, "what to cache with"): the kind is 缓存.
 _WHICH_ZH = re.compile(
-    r"(?:哪个|哪种|哪一个|哪一种|哪款|哪家|什么)([\u4e00-\u9fff]{2,4})[？?。！!\s]*$"
+    r"(?:哪个|哪种|哪一个|哪一种|哪款|哪家|什么)[来去]?([\u4e00-\u9fff]{2,4})[？?。！!\s]*$"
 )
 _WHICH_EN = re.compile(r"(?i)\b(?:which|what)\s+([a-z]{4,})\b")
 #: What the question may ask for that a note answers without naming it: the note

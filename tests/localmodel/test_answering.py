@@ -1866,3 +1866,18 @@ def test_the_hints_advice_translated_is_an_echo():
     # Without a search that found nothing, such advice is no echo of a hint.
     found = searched("缓存改造什么时候上线？", "缓存改造", BUDGET_NOTES[1:])
     assert not answering.echoed_hint(translated, found)
+
+
+def test_what_to_do_a_thing_with_asks_for_the_thing_the_notes_name():
+    """热点查询打算用什么来缓存？ ("what will hot queries be cached with?") read 来缓存
+    as the kind asked for, found no note naming one, and told the model so; it
+    then echoed that (3 of 3 in notes-sealed15 on the session's final code). 来
+    (and 去) before the verb only says what the thing is for: the kind is 缓存,
+    which the caching note names."""
+    question = "热点查询打算用什么来缓存？"
+    turn = searched(question, "热点查询", BUDGET_NOTES[1:])
+    assert unstated.thing_not_named("使用 Redis 缓存热点查询。", [], turn) is None
+    # A kind that starts with 来 is still one (来源, a source).
+    sourced = searched("日志系统的数据是什么来源？", "日志系统", [LOGGING])
+    told = unstated.thing_not_named("文件轮转。", [], sourced)
+    assert told is not None and "names a 来源" in told.note
