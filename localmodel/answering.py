@@ -218,7 +218,8 @@ _FUNCTION_WORDS = frozenset(
     | {"should", "much", "many", "tell", "give", "show", "please", "about", "from"}
     | {"with", "that", "this", "these", "those", "them", "their", "there", "both"}
     | {"have", "need", "into", "than", "then", "also", "each", "other", "notes"}
-    | {"note"}
+    | {"note", "plan", "plans", "project", "projects", "together", "combined"}
+    | {"altogether", "overall", "added"}
 )
 
 

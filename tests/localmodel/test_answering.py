@@ -1881,3 +1881,17 @@ def test_what_to_do_a_thing_with_asks_for_the_thing_the_notes_name():
     sourced = searched("日志系统的数据是什么来源？", "日志系统", [LOGGING])
     told = unstated.thing_not_named("文件轮转。", [], sourced)
     assert told is not None and "names a 来源" in told.note
+
+
+def test_a_search_of_the_aim_alone_in_a_question_about_every_such_note_is_translated():
+    """ "What do the two plans with budgets cost together?" searched "budgets",
+    which found nothing; its subject words were taken instead, "plans
+    together", translated 计划一起, which found nothing either (seen in the chat
+    after start-up). Plans and "together" name no note: with no subject left,
+    the aim itself is translated (预算, which every note with a budget holds)."""
+    asked = "What do the two plans with budgets cost together?"
+    miss = answering.missed_search(searched(asked, "budgets", NOTHING_MATCHED), TOOLS)
+    assert miss == answering.Miss("search_notes", "query", "budgets", "zh", asked)
+    # A subject named beside them is still taken.
+    bill = answering.missed_search(searched(BILL, "bill", NOTHING_MATCHED), TOOLS)
+    assert bill is not None and bill.words == "fund caching rework search experiment"
