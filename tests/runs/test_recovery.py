@@ -24,6 +24,7 @@ from runs.models import Task
 from tests.support.cast import EMAIL
 from tests.support.replies import Script, text, tool_call
 from tests.support.runs import advance, ask, pending, start
+from tests.support.waiting import in_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.dbsensitive]
 
@@ -101,16 +102,12 @@ def idle_in_the_pool(count: int) -> None:
     open at once, then handed back), as a worker's pool holds after a burst."""
     barrier = threading.Barrier(count)
 
-    def hold() -> None:
+    def hold(_: int) -> None:
         connection.ensure_connection()
         barrier.wait(10)
         connection.close()
 
-    threads = [threading.Thread(target=hold) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(10)
+    in_threads(hold, count, timeout=10)
 
 
 def test_after_a_dropped_connection_the_pool_hands_out_a_live_one_first(caplog):
